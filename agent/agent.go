@@ -1,0 +1,246 @@
+// Package agent is the node agent: it syncs with a hub and, beside the sync
+// loop, applies the desired state it receives through drivers. The two loops
+// share only the latest desired state and the latest statuses, so a slow
+// driver never delays a sync and news from a driver cuts a waiting sync
+// short.
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"einsora.dev/edge/clock"
+	"einsora.dev/edge/drivers"
+	"einsora.dev/edge/hubclient"
+	"einsora.dev/edge/protocol"
+)
+
+// Config configures an agent. Zero durations take the defaults.
+type Config struct {
+	// StateDir holds the machine ID, the agent's state and its lock.
+	StateDir  string
+	Transport hubclient.Transport
+	Drivers   *drivers.Host
+	// Inventory probes the machine; the agent fills in Drivers.
+	Inventory func(ctx context.Context) protocol.Inventory
+	Clock     clock.Clock
+	Logger    *slog.Logger
+	Version   string
+	// DriverTimeout bounds every driver call.
+	DriverTimeout time.Duration
+	// ApplyInterval is how often the apply loop looks at its drivers when
+	// nothing else wakes it.
+	ApplyInterval time.Duration
+	// InventoryInterval is how often inventory is probed again.
+	InventoryInterval time.Duration
+	// Backoff paces reconnects after failed syncs.
+	Backoff hubclient.Backoff
+}
+
+// Defaults.
+const (
+	DefaultDriverTimeout     = 30 * time.Second
+	DefaultApplyInterval     = 2 * time.Second
+	DefaultInventoryInterval = 5 * time.Minute
+)
+
+// Agent is a running node agent. Open it, Run it, Close it.
+type Agent struct {
+	cfg       Config
+	log       *slog.Logger
+	clk       clock.Clock
+	machineID string
+	lock      *flock.Flock
+	started   time.Time
+	bootID    string
+	wakeApply chan struct{}
+	calls     calls
+
+	// mu guards the following fields.
+	mu sync.Mutex
+	// state is what the agent persists.
+	state *localState
+	// statuses are the latest the apply loop published.
+	statuses    map[string]protocol.Status
+	appliedGen  int64
+	inventory   *protocol.Inventory
+	invHash     string
+	invAcked    string
+	prevStoreID string
+	pollCancel  context.CancelFunc
+	news        bool
+	lastSync    time.Time
+	lastSyncErr error
+}
+
+// Open takes the state directory's lock and loads the agent's state. A
+// second agent on the same directory gets an error wrapping ErrLocked that
+// names the process holding it.
+func Open(cfg Config) (*Agent, error) {
+	if cfg.StateDir == "" || cfg.Transport == nil || cfg.Drivers == nil {
+		return nil, errors.New("agent: state dir, transport and drivers are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Inventory == nil {
+		cfg.Inventory = func(context.Context) protocol.Inventory { return protocol.Inventory{} }
+	}
+	if cfg.DriverTimeout <= 0 {
+		cfg.DriverTimeout = DefaultDriverTimeout
+	}
+	if cfg.ApplyInterval <= 0 {
+		cfg.ApplyInterval = DefaultApplyInterval
+	}
+	if cfg.InventoryInterval <= 0 {
+		cfg.InventoryInterval = DefaultInventoryInterval
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("agent: state dir: %w", err)
+	}
+	lock, err := lockState(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	id, err := loadMachineID(cfg.StateDir)
+	if err != nil {
+		lock.Unlock()
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	st, err := loadState(cfg.StateDir)
+	if err != nil {
+		lock.Unlock()
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a := &Agent{
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", "agent"),
+		clk:       cfg.Clock,
+		machineID: id,
+		lock:      lock,
+		started:   cfg.Clock.Now(),
+		bootID:    readBootID(),
+		wakeApply: make(chan struct{}, 1),
+		calls:     calls{busy: map[string]bool{}},
+		state:     st,
+		statuses:  map[string]protocol.Status{},
+	}
+	return a, nil
+}
+
+// MachineID is the ID saved next to the agent's state.
+func (a *Agent) MachineID() string { return a.machineID }
+
+// Close releases the lock. Call it after Run returned.
+func (a *Agent) Close() error { return a.lock.Unlock() }
+
+// Run runs the sync and apply loops until ctx is done.
+func (a *Agent) Run(ctx context.Context) error {
+	a.refreshInventory(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { a.syncLoop(ctx) })
+	wg.Go(func() { a.applyLoop(ctx) })
+	wg.Go(func() { a.inventoryLoop(ctx) })
+	wg.Wait()
+	return nil
+}
+
+// cutShort delivers news: it ends a waiting sync so the next one carries it.
+func (a *Agent) cutShortLocked() {
+	a.news = true
+	if a.pollCancel != nil {
+		a.pollCancel()
+	}
+}
+
+func (a *Agent) inventoryLoop(ctx context.Context) {
+	for clock.Sleep(a.clk, a.cfg.InventoryInterval, ctx.Done()) {
+		a.refreshInventory(ctx)
+	}
+}
+
+// refreshInventory probes the machine and the drivers that answer now, and
+// delivers the inventory when it changed.
+func (a *Agent) refreshInventory(ctx context.Context) {
+	inv := a.cfg.Inventory(ctx)
+	inv.Drivers = nil
+	for _, d := range a.cfg.Drivers.All() {
+		if p, ok := d.(drivers.Prober); ok {
+			err := a.calls.do(ctx, "probe:"+d.Name(), a.cfg.DriverTimeout, p.Probe)
+			if err != nil {
+				a.log.Warn("driver unavailable; not offered to the hub", "driver", d.Name(), "err", err)
+				continue
+			}
+		}
+		inv.Drivers = append(inv.Drivers, d.Name())
+	}
+	b, _ := json.Marshal(inv)
+	sum := sha256.Sum256(b)
+	hash := fmt.Sprintf("%x", sum)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if hash != a.invHash {
+		a.inventory, a.invHash = &inv, hash
+		a.cutShortLocked()
+	}
+}
+
+func readBootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// Status is what `einsora-agent status` shows.
+type Status struct {
+	MachineID         string   `json:"machine_id"`
+	StateDir          string   `json:"state_dir"`
+	Running           bool     `json:"running"`
+	StoreID           string   `json:"store_id,omitempty"`
+	DesiredGeneration int64    `json:"desired_generation"`
+	Workloads         []string `json:"workloads"`
+}
+
+// ReadStatus reads an agent's state directory without taking its lock.
+func ReadStatus(dir string) (Status, error) {
+	st := Status{StateDir: dir, Workloads: []string{}}
+	b, err := os.ReadFile(filepath.Join(dir, machineIDFile))
+	if err != nil {
+		return st, fmt.Errorf("no agent state in %s: %w", dir, err)
+	}
+	st.MachineID = strings.TrimSpace(string(b))
+	ls, err := loadState(dir)
+	if err != nil {
+		return st, err
+	}
+	if ls.Desired != nil {
+		st.StoreID, st.DesiredGeneration = ls.Desired.StoreID, ls.Desired.Generation
+	}
+	for id := range ls.Workloads {
+		st.Workloads = append(st.Workloads, id)
+	}
+	fl := flock.New(filepath.Join(dir, lockFile))
+	if ok, err := fl.TryLock(); err == nil {
+		if ok {
+			fl.Unlock()
+		}
+		st.Running = !ok
+	}
+	return st, nil
+}

@@ -1,0 +1,164 @@
+package agent
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/gofrs/flock"
+
+	"einsora.dev/edge/protocol"
+)
+
+// Files in the state directory.
+const (
+	machineIDFile = "machine-id"
+	stateFile     = "state.json"
+	lockFile      = "agent.lock"
+)
+
+// ErrLocked is returned when another agent holds the state directory.
+var ErrLocked = errors.New("another agent holds the state directory")
+
+// lockState takes the OS lock that lets one agent run per state directory,
+// and writes this process's ID into the lock file so a second agent can say
+// who holds it. The lock is released by the OS if the process dies.
+func lockState(dir string) (*flock.Flock, error) {
+	path := filepath.Join(dir, lockFile)
+	fl := flock.New(path)
+	ok, err := fl.TryLock()
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if !ok {
+		holder := "an unknown process"
+		if b, err := os.ReadFile(path); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				holder = "process " + strconv.Itoa(pid)
+			}
+		}
+		return nil, fmt.Errorf("%w: %s is held by %s; stop that agent first", ErrLocked, dir, holder)
+	}
+	// Written through a second descriptor: flock locks belong to the
+	// descriptor that took them, so this leaves the lock alone.
+	if err := os.WriteFile(path, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		fl.Unlock()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return fl, nil
+}
+
+// loadMachineID reads the machine's ID, making and saving one the first
+// time. The ID lives next to the agent's database, never derived from the
+// hostname, so a renamed machine stays itself and a copied disk is caught by
+// enrolment, not confused with its original.
+func loadMachineID(dir string) (string, error) {
+	path := filepath.Join(dir, machineIDFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		id := strings.TrimSpace(string(b))
+		if id == "" || len(id) > protocol.MaxIDLength {
+			return "", fmt.Errorf("machine id in %s is malformed; remove the file to make a new one (the hub will see a new machine)", path)
+		}
+		return id, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read machine id: %w", err)
+	}
+	var raw [16]byte
+	rand.Read(raw[:])
+	id := "m-" + hex.EncodeToString(raw[:])
+	if err := writeFileAtomic(path, []byte(id+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("save machine id: %w", err)
+	}
+	return id, nil
+}
+
+// localState is the agent's database: what it must not forget across
+// restarts. It is small and rewritten whole, atomically.
+type localState struct {
+	// Desired is the last desired state accepted from the hub, so the
+	// agent keeps applying it while the hub is unreachable.
+	Desired *protocol.SyncResponse `json:"desired,omitempty"`
+	// Workloads holds, per workload the agent has started, the facts that
+	// keep it safe: which attempt it started (so an attempt starts at most
+	// once) and under which driver its data lives.
+	Workloads map[string]*held `json:"workloads"`
+}
+
+type held struct {
+	Driver         string `json:"driver"`
+	StartedAttempt int64  `json:"started_attempt"`
+	// Devices are the devices the attempt reserved.
+	Devices []string `json:"devices,omitempty"`
+	// StartFailure is why the driver refused to start the attempt.
+	StartFailure string `json:"start_failure,omitempty"`
+}
+
+func loadState(dir string) (*localState, error) {
+	st := &localState{Workloads: map[string]*held{}}
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return st, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read agent state: %w", err)
+	}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("agent state %s is corrupt: %w", filepath.Join(dir, stateFile), err)
+	}
+	if st.Workloads == nil {
+		st.Workloads = map[string]*held{}
+	}
+	return st, nil
+}
+
+func saveState(dir string, st *localState) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encode agent state: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, stateFile), b, 0o600); err != nil {
+		return fmt.Errorf("save agent state: %w", err)
+	}
+	return nil
+}
+
+// writeFileAtomic writes data durably: a crash leaves the old file or the
+// new one, never a torn one, and a returned nil means it is on disk.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(perm); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}

@@ -1,0 +1,142 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"einsora.dev/edge/clock"
+	"einsora.dev/edge/protocol"
+)
+
+// errStale: the hub answered with a desired state older than one already
+// applied from the same store. It is ignored (an old list must never stop
+// or delete what a newer one started), and the agent backs off rather than
+// asking again at once.
+var errStale = errors.New("stale desired state")
+
+// maxClockSkew is how far the agent's clock may be from the hub's before it
+// warns: a wrong clock must not pass for an expired certificate.
+const maxClockSkew = time.Minute
+
+func (a *Agent) syncLoop(ctx context.Context) {
+	bo := a.cfg.Backoff
+	for ctx.Err() == nil {
+		pollCtx, cancel := context.WithCancel(ctx)
+		a.mu.Lock()
+		a.pollCancel, a.news = cancel, false
+		req := a.requestLocked()
+		a.mu.Unlock()
+
+		resp, err := a.cfg.Transport.Sync(pollCtx, req)
+
+		a.mu.Lock()
+		a.pollCancel = nil
+		cutShort := a.news
+		a.mu.Unlock()
+		cancel()
+		if err == nil {
+			err = a.accept(resp, req)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if cutShort && errors.Is(err, context.Canceled) {
+				continue // cut short on purpose, to deliver news
+			}
+			a.mu.Lock()
+			first := a.lastSyncErr == nil
+			a.lastSyncErr = err
+			a.mu.Unlock()
+			wait := bo.Next()
+			if first {
+				a.log.Warn("sync failed; retrying with backoff, still applying the last desired state", "err", err, "wait", wait)
+			} else {
+				a.log.Debug("sync failed again", "err", err, "attempt", bo.Attempt(), "wait", wait)
+			}
+			clock.Sleep(a.clk, wait, ctx.Done())
+			continue
+		}
+		bo.Reset()
+	}
+}
+
+// requestLocked builds the report: every status, and the inventory when
+// the hub has not yet acknowledged it.
+func (a *Agent) requestLocked() *protocol.SyncRequest {
+	req := &protocol.SyncRequest{
+		ProtocolVersion:   protocol.Version,
+		AgentVersion:      a.cfg.Version,
+		AppliedGeneration: a.appliedGen,
+		BootID:            a.bootID,
+		AgentStarted:      a.started,
+		PreviousStoreID:   a.prevStoreID,
+		Statuses:          make([]protocol.Status, 0, len(a.statuses)),
+	}
+	if d := a.state.Desired; d != nil {
+		req.StoreID, req.Generation = d.StoreID, d.Generation
+	}
+	for _, s := range a.statuses {
+		req.Statuses = append(req.Statuses, s)
+	}
+	sort.Slice(req.Statuses, func(i, j int) bool { return req.Statuses[i].Workload < req.Statuses[j].Workload })
+	if a.invHash != a.invAcked {
+		req.Inventory = a.inventory
+	}
+	return req
+}
+
+// accept takes the hub's answer to req.
+func (a *Agent) accept(resp *protocol.SyncResponse, req *protocol.SyncRequest) error {
+	if resp == nil {
+		return errors.New("sync: empty answer")
+	}
+	now := a.clk.Now()
+	if !resp.HubTime.IsZero() {
+		if skew := now.Sub(resp.HubTime); skew > maxClockSkew || skew < -maxClockSkew {
+			a.log.Warn("this machine's clock differs from the hub's; fix its time (NTP) or certificates will look expired",
+				"skew", skew.Round(time.Second))
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.lastSyncErr != nil {
+		a.log.Info("sync recovered")
+	}
+	a.lastSync, a.lastSyncErr = now, nil
+	if req.Inventory != nil && req.Inventory == a.inventory {
+		// The hub has this inventory; a newer one probed meanwhile is
+		// still sent next time.
+		a.invAcked = a.invHash
+	}
+	if req.PreviousStoreID != "" && a.prevStoreID == req.PreviousStoreID {
+		a.prevStoreID = ""
+	}
+	if resp.Unchanged {
+		return nil
+	}
+	known := a.state.Desired
+	switch {
+	case known != nil && resp.StoreID != known.StoreID:
+		a.log.Error("THE HUB'S STORE CHANGED: its database was replaced or restored; keeping every workload it no longer lists, stopped, never deleted",
+			"previous_store", known.StoreID, "store", resp.StoreID)
+		a.prevStoreID = known.StoreID
+	case known != nil && resp.Generation < known.Generation:
+		a.log.Warn("ignoring desired state older than the one applied", "generation", resp.Generation, "applied", known.Generation)
+		return fmt.Errorf("%w: generation %d after %d", errStale, resp.Generation, known.Generation)
+	}
+	prev := a.state.Desired
+	a.state.Desired = resp
+	if err := saveState(a.cfg.StateDir, a.state); err != nil {
+		a.state.Desired = prev
+		return fmt.Errorf("sync: %w", err)
+	}
+	select {
+	case a.wakeApply <- struct{}{}:
+	default:
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+// Package drivers is the contract between the agent's apply loop and the
+// runtimes that run workloads. One sub-package per driver implements it:
+// sim (development), docker, vz (darwin), macosnative (darwin). A driver
+// knows nothing of the hub: it is told what to run and reports what it has.
+package drivers
+
+import (
+	"context"
+	"errors"
+	"sort"
+
+	"einsora.dev/edge/protocol"
+)
+
+// State is what a driver sees of one instance.
+type State string
+
+const (
+	// StateStarting: being created or started. Long work (an image pull,
+	// a disk being made) shows as StateStarting with Progress set.
+	StateStarting State = "starting"
+	StateRunning  State = "running"
+	StateStopping State = "stopping"
+	// StateStopped: stopped on request; instance and data kept.
+	StateStopped State = "stopped"
+	// StateExited: it ended by itself; ExitCode and OOMKilled say how.
+	StateExited State = "exited"
+	// StateFailed: it could not be started; Code says why.
+	StateFailed State = "failed"
+)
+
+// Spec is what the agent asks a driver to run.
+type Spec struct {
+	Workload  string
+	Attempt   int64
+	Kind      protocol.Kind
+	Image     string
+	Resources protocol.Resources
+}
+
+// Instance is a driver's view of one workload it holds.
+type Instance struct {
+	Workload string
+	// Attempt is the attempt the instance was last started for.
+	Attempt   int64
+	State     State
+	ExitCode  int
+	OOMKilled bool
+	// Code is set with StateFailed: protocol.CodeFailedStart or
+	// protocol.CodeImageUnavailable.
+	Code protocol.Code
+	// Progress is a short summary of long work, e.g. "pulled 3/7 layers".
+	Progress string
+	// Detail is free text for operators.
+	Detail string
+}
+
+// Active reports whether the instance holds its devices: anything but a
+// stopped, exited or failed one.
+func (i Instance) Active() bool {
+	switch i.State {
+	case StateStarting, StateRunning, StateStopping:
+		return true
+	}
+	return false
+}
+
+// Driver runs workloads of one runtime. Every method takes a context whose
+// deadline the caller sets; implementations honour it and return promptly.
+// Methods are safe for concurrent use, but the apply loop never calls two at
+// once for the same workload.
+type Driver interface {
+	// Name is the driver's name in the hub's driver table, e.g. "docker".
+	Name() string
+	// Isolation is how strongly the driver separates a workload from its
+	// host. The agent refuses a workload that needs more.
+	Isolation() protocol.Isolation
+	// Start makes the workload run for spec.Attempt: it creates the
+	// instance and its data if absent and starts it if stopped or exited,
+	// keeping the data. It returns once the work is under way; long work
+	// goes on in the background and shows in List. Start on an instance
+	// that is already starting or running does nothing but record the
+	// attempt.
+	Start(ctx context.Context, spec Spec) error
+	// Stop stops the workload, keeping instance and data. A missing
+	// instance is not an error.
+	Stop(ctx context.Context, workload string) error
+	// Remove deletes the instance and all its data. A missing instance is
+	// not an error. The agent calls it only for workloads that desired
+	// state lists for removal.
+	Remove(ctx context.Context, workload string) error
+	// List returns every instance the driver owns on this machine, and
+	// only those: what the driver did not make is never listed or touched.
+	List(ctx context.Context) ([]Instance, error)
+}
+
+// Prober is implemented by drivers that can be unavailable (an engine that
+// is down). The agent offers only drivers whose Probe succeeds.
+type Prober interface {
+	Probe(ctx context.Context) error
+}
+
+// ErrUnavailable is wrapped by driver errors that mean the runtime itself
+// does not answer, rather than that this one workload failed.
+var ErrUnavailable = errors.New("driver unavailable")
+
+// Host knows which drivers this machine has.
+type Host struct {
+	byName map[string]Driver
+}
+
+// NewHost returns a host offering ds. Names must be distinct.
+func NewHost(ds ...Driver) *Host {
+	h := &Host{byName: make(map[string]Driver, len(ds))}
+	for _, d := range ds {
+		h.byName[d.Name()] = d
+	}
+	return h
+}
+
+// Get returns the driver called name.
+func (h *Host) Get(name string) (Driver, bool) {
+	d, ok := h.byName[name]
+	return d, ok
+}
+
+// Names returns the drivers' names, sorted.
+func (h *Host) Names() []string {
+	names := make([]string, 0, len(h.byName))
+	for n := range h.byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// All returns the drivers, sorted by name.
+func (h *Host) All() []Driver {
+	ds := make([]Driver, 0, len(h.byName))
+	for _, n := range h.Names() {
+		ds = append(ds, h.byName[n])
+	}
+	return ds
+}

@@ -1,0 +1,358 @@
+// Package sim is a driver that runs nothing. It keeps its instances as files
+// in the agent's state directory, so they survive agent restarts the way
+// containers survive them, and its image string configures start delays,
+// progress, exits and injected failures for development and tests.
+//
+// Image syntax: "sim:" followed by comma-separated options, e.g.
+// "sim:start-delay=2s,progress=3,exit-after=10s,exit-code=3".
+//
+//	start-delay=D   the instance is starting for D before it runs
+//	progress=N      while starting, Progress reads "step i/N"
+//	exit-after=D    a running instance exits by itself after D
+//	exit-code=N     the exit code when it exits (default 0)
+//	fail=start      Start fails: the instance is failed_start
+//	fail=image      the image cannot be had: image_unavailable
+//	hang=OP         OP (start, stop, remove, list) blocks, ignoring its
+//	                context, until the driver is closed
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"einsora.dev/edge/clock"
+	"einsora.dev/edge/drivers"
+	"einsora.dev/edge/protocol"
+)
+
+// Name is the driver's name in the hub's driver table.
+const Name = "sim"
+
+// Driver is the sim driver.
+type Driver struct {
+	dir    string
+	clk    clock.Clock
+	closed chan struct{}
+	once   sync.Once
+
+	// mu guards the instance files.
+	mu sync.Mutex
+}
+
+var (
+	_ drivers.Driver = (*Driver)(nil)
+	_ drivers.Prober = (*Driver)(nil)
+)
+
+// New returns a sim driver keeping its instances under dir.
+func New(dir string, clk clock.Clock) (*Driver, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+	return &Driver{dir: dir, clk: clk, closed: make(chan struct{})}, nil
+}
+
+// Close releases calls that hang on purpose.
+func (d *Driver) Close() error {
+	d.once.Do(func() { close(d.closed) })
+	return nil
+}
+
+func (d *Driver) Name() string                  { return Name }
+func (d *Driver) Isolation() protocol.Isolation { return protocol.IsolationVM }
+func (d *Driver) Probe(context.Context) error   { return nil }
+
+// record is one instance as kept on disk.
+type record struct {
+	Workload  string        `json:"workload"`
+	Attempt   int64         `json:"attempt"`
+	Image     string        `json:"image"`
+	Running   bool          `json:"running"` // started and not stopped
+	StartedAt time.Time     `json:"started_at"`
+	StoppedAt time.Time     `json:"stopped_at,omitzero"`
+	Starts    int           `json:"starts"` // how many times it was actually started
+	Opts      options       `json:"opts"`
+	Failed    protocol.Code `json:"failed,omitempty"`
+}
+
+type options struct {
+	StartDelay time.Duration `json:"start_delay,omitempty"`
+	Progress   int           `json:"progress,omitempty"`
+	ExitAfter  time.Duration `json:"exit_after,omitempty"`
+	ExitCode   int           `json:"exit_code,omitempty"`
+	Fail       string        `json:"fail,omitempty"`
+	Hang       string        `json:"hang,omitempty"`
+}
+
+// ParseImage reads a sim image string.
+func ParseImage(image string) (options, error) {
+	var o options
+	rest, ok := strings.CutPrefix(image, "sim:")
+	if !ok && image != "" && image != "sim" {
+		return o, fmt.Errorf("sim image %q: want sim:[option,...]", image)
+	}
+	for opt := range strings.SplitSeq(rest, ",") {
+		if opt == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(opt, "=")
+		var err error
+		switch k {
+		case "start-delay":
+			o.StartDelay, err = time.ParseDuration(v)
+		case "exit-after":
+			o.ExitAfter, err = time.ParseDuration(v)
+		case "progress":
+			o.Progress, err = strconv.Atoi(v)
+		case "exit-code":
+			o.ExitCode, err = strconv.Atoi(v)
+		case "fail":
+			if v != "start" && v != "image" {
+				err = errors.New("want start or image")
+			}
+			o.Fail = v
+		case "hang":
+			if v != "start" && v != "stop" && v != "remove" && v != "list" {
+				err = errors.New("want start, stop, remove or list")
+			}
+			o.Hang = v
+		default:
+			err = errors.New("unknown option")
+		}
+		if err != nil {
+			return o, fmt.Errorf("sim image %q: option %q: %w", image, opt, err)
+		}
+	}
+	return o, nil
+}
+
+// DataDir is where the workload's data lives; tests write files there.
+func (d *Driver) DataDir(workload string) string {
+	return filepath.Join(d.dir, safeName(workload), "data")
+}
+
+func (d *Driver) Start(ctx context.Context, spec drivers.Spec) error {
+	opts, err := ParseImage(spec.Image)
+	if err != nil {
+		return fmt.Errorf("sim: start: %w", err)
+	}
+	if opts.Hang == "start" {
+		<-d.closed
+		return errors.New("sim: start: driver closed")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, err := d.loadLocked(spec.Workload)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("sim: start %s: %w", spec.Workload, err)
+	}
+	if r == nil {
+		r = &record{Workload: spec.Workload}
+		if err := os.MkdirAll(d.DataDir(spec.Workload), 0o700); err != nil {
+			return fmt.Errorf("sim: start %s: %w", spec.Workload, err)
+		}
+	}
+	now := d.clk.Now()
+	r.Attempt, r.Image, r.Opts = spec.Attempt, spec.Image, opts
+	switch state, _ := r.state(now); state {
+	case drivers.StateStarting, drivers.StateRunning:
+		return d.saveLocked(r)
+	}
+	r.Failed = ""
+	switch opts.Fail {
+	case "start":
+		r.Failed = protocol.CodeFailedStart
+	case "image":
+		r.Failed = protocol.CodeImageUnavailable
+	}
+	r.Running = r.Failed == ""
+	r.StartedAt, r.StoppedAt = now, time.Time{}
+	if r.Running {
+		r.Starts++
+	}
+	return d.saveLocked(r)
+}
+
+func (d *Driver) Stop(ctx context.Context, workload string) error {
+	d.mu.Lock()
+	r, err := d.loadLocked(workload)
+	d.mu.Unlock()
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sim: stop %s: %w", workload, err)
+	}
+	if r.Opts.Hang == "stop" {
+		<-d.closed
+		return errors.New("sim: stop: driver closed")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if r.Running {
+		r.Running = false
+		r.StoppedAt = d.clk.Now()
+	}
+	return d.saveLocked(r)
+}
+
+func (d *Driver) Remove(ctx context.Context, workload string) error {
+	d.mu.Lock()
+	r, err := d.loadLocked(workload)
+	d.mu.Unlock()
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sim: remove %s: %w", workload, err)
+	}
+	if r.Opts.Hang == "remove" {
+		<-d.closed
+		return errors.New("sim: remove: driver closed")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := os.RemoveAll(filepath.Join(d.dir, safeName(workload))); err != nil {
+		return fmt.Errorf("sim: remove %s: %w", workload, err)
+	}
+	if err := os.Remove(d.recordPath(workload)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("sim: remove %s: %w", workload, err)
+	}
+	return nil
+}
+
+func (d *Driver) List(ctx context.Context) ([]drivers.Instance, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	entries, err := os.ReadDir(d.dir)
+	if err != nil {
+		return nil, fmt.Errorf("sim: list: %w", err)
+	}
+	now := d.clk.Now()
+	var out []drivers.Instance
+	hang := false
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || e.IsDir() {
+			continue
+		}
+		r, err := d.loadFile(filepath.Join(d.dir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("sim: list: %s: %w", name, err)
+		}
+		hang = hang || r.Opts.Hang == "list"
+		out = append(out, r.instance(now))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Workload < out[j].Workload })
+	if hang {
+		d.mu.Unlock()
+		<-d.closed
+		d.mu.Lock()
+		return nil, errors.New("sim: list: driver closed")
+	}
+	return out, nil
+}
+
+// Starts reports how many times the workload's instance was actually
+// started, so tests can check that an attempt started at most once.
+func (d *Driver) Starts(workload string) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, err := d.loadLocked(workload)
+	if err != nil {
+		return 0, err
+	}
+	return r.Starts, nil
+}
+
+func (r *record) state(now time.Time) (drivers.State, string) {
+	switch {
+	case r.Failed != "":
+		return drivers.StateFailed, ""
+	case !r.Running:
+		return drivers.StateStopped, ""
+	}
+	up := now.Sub(r.StartedAt)
+	if up < r.Opts.StartDelay {
+		progress := ""
+		if r.Opts.Progress > 0 {
+			step := int(int64(up)*int64(r.Opts.Progress)/int64(r.Opts.StartDelay)) + 1
+			progress = fmt.Sprintf("step %d/%d", step, r.Opts.Progress)
+		}
+		return drivers.StateStarting, progress
+	}
+	if r.Opts.ExitAfter > 0 && up >= r.Opts.StartDelay+r.Opts.ExitAfter {
+		return drivers.StateExited, ""
+	}
+	return drivers.StateRunning, ""
+}
+
+func (r *record) instance(now time.Time) drivers.Instance {
+	state, progress := r.state(now)
+	in := drivers.Instance{Workload: r.Workload, Attempt: r.Attempt, State: state, Progress: progress}
+	switch state {
+	case drivers.StateExited:
+		in.ExitCode = r.Opts.ExitCode
+	case drivers.StateFailed:
+		in.Code = r.Failed
+		in.Detail = "sim: injected failure"
+	}
+	return in
+}
+
+func (d *Driver) recordPath(workload string) string {
+	return filepath.Join(d.dir, safeName(workload)+".json")
+}
+
+func (d *Driver) loadLocked(workload string) (*record, error) {
+	return d.loadFile(d.recordPath(workload))
+}
+
+func (d *Driver) loadFile(path string) (*record, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", filepath.Base(path), err)
+	}
+	return &r, nil
+}
+
+// saveLocked writes the record atomically, so a crash leaves the old or the
+// new record and never half of one.
+func (d *Driver) saveLocked(r *record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	path := d.recordPath(r.Workload)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("sim: save %s: %w", r.Workload, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("sim: save %s: %w", r.Workload, err)
+	}
+	return nil
+}
+
+// safeName keeps workload IDs from escaping the driver's directory.
+func safeName(workload string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
+			return r
+		}
+		return '_'
+	}, workload)
+}

@@ -1,0 +1,75 @@
+// Package sqlite is the embedded store: one SQLite file in WAL mode, through
+// the pure-Go modernc.org/sqlite driver, so the hub needs no cgo.
+package sqlite
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/hub/store/sqlstore"
+)
+
+// Store is a store in one SQLite file.
+type Store struct {
+	*sqlstore.Store
+	writer, reader *sql.DB
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens or creates the store at path and brings its schema up to date.
+func Open(ctx context.Context, path string) (*Store, error) {
+	dsn := func(txlock string) string {
+		q := url.Values{}
+		q.Add("_pragma", "busy_timeout(10000)")
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous(NORMAL)")
+		q.Add("_pragma", "foreign_keys(1)")
+		q.Set("_txlock", txlock)
+		return "file:" + path + "?" + q.Encode()
+	}
+	// One writer connection taking its lock at BEGIN, so two writers never
+	// deadlock upgrading read locks; readers run beside it under WAL.
+	writer, err := sql.Open("sqlite", dsn("immediate"))
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	writer.SetMaxOpenConns(1)
+	reader, err := sql.Open("sqlite", dsn("deferred"))
+	if err != nil {
+		writer.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	reader.SetMaxOpenConns(4)
+	if err := writer.PingContext(ctx); err != nil {
+		writer.Close()
+		reader.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	s, err := sqlstore.New(ctx, writer, reader, sqlstore.SQLite, newID)
+	if err != nil {
+		writer.Close()
+		reader.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	return &Store{Store: s, writer: writer, reader: reader}, nil
+}
+
+// Close closes both connection pools.
+func (s *Store) Close() error {
+	return errors.Join(s.writer.Close(), s.reader.Close())
+}
+
+func newID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return "st-" + hex.EncodeToString(b[:])
+}

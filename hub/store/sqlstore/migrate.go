@@ -1,0 +1,77 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// migrations are applied in order, each once, each in its own transaction.
+// Append only: a released migration never changes. {{serial}} is the
+// dialect's auto-increment key.
+var migrations = []string{
+	`CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+	CREATE TABLE tenants (name TEXT PRIMARY KEY, created BIGINT NOT NULL);
+	CREATE TABLE classes (name TEXT PRIMARY KEY, accelerator TEXT NOT NULL, devices INTEGER NOT NULL,
+		cpus INTEGER NOT NULL, memory_mb INTEGER NOT NULL);
+	CREATE TABLE machines (id TEXT PRIMARY KEY, name TEXT NOT NULL, owner TEXT NOT NULL, region TEXT NOT NULL,
+		os TEXT NOT NULL, arch TEXT NOT NULL, generation BIGINT NOT NULL, reported_generation BIGINT NOT NULL,
+		applied_generation BIGINT NOT NULL, last_sync BIGINT NOT NULL, agent_version TEXT NOT NULL,
+		boot_id TEXT NOT NULL, agent_started BIGINT NOT NULL, inventory TEXT NOT NULL, registered BIGINT NOT NULL,
+		revoked BOOLEAN NOT NULL, cert_expires BIGINT NOT NULL);
+	CREATE TABLE workloads (id TEXT PRIMARY KEY, name TEXT NOT NULL, tenant TEXT NOT NULL REFERENCES tenants (name),
+		kind TEXT NOT NULL, class TEXT NOT NULL, region TEXT NOT NULL, image TEXT NOT NULL, state TEXT NOT NULL,
+		machine TEXT NOT NULL, driver TEXT NOT NULL, devices TEXT NOT NULL, attempt BIGINT NOT NULL,
+		mode_generation BIGINT NOT NULL, reason TEXT NOT NULL, created BIGINT NOT NULL, since BIGINT NOT NULL,
+		progress BIGINT NOT NULL);
+	CREATE INDEX workloads_machine ON workloads (machine);
+	CREATE INDEX workloads_state ON workloads (state);
+	CREATE TABLE statuses (machine TEXT NOT NULL, workload TEXT NOT NULL, attempt BIGINT NOT NULL, mode TEXT NOT NULL,
+		generation BIGINT NOT NULL, code TEXT NOT NULL, exit_code BIGINT, detail TEXT NOT NULL, at BIGINT NOT NULL,
+		PRIMARY KEY (machine, workload));
+	CREATE TABLE timeline (seq {{serial}}, workload TEXT NOT NULL, at BIGINT NOT NULL, text TEXT NOT NULL);
+	CREATE INDEX timeline_workload ON timeline (workload, seq);`,
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	if _, err := s.writer.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	serial := "INTEGER PRIMARY KEY AUTOINCREMENT"
+	if s.d.Dollar {
+		serial = "BIGSERIAL PRIMARY KEY"
+	}
+	for i, m := range migrations {
+		version := i + 1
+		tx, err := s.writer.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("migrate %d: %w", version, err)
+		}
+		var n int
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`), version).Scan(&n); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migrate %d: %w", version, err)
+		}
+		if n > 0 {
+			tx.Rollback()
+			continue
+		}
+		for stmt := range strings.SplitSeq(strings.ReplaceAll(m, "{{serial}}", serial), ";") {
+			if strings.TrimSpace(stmt) == "" {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				tx.Rollback()
+				return fmt.Errorf("migrate %d: %w", version, err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO schema_migrations (version) VALUES (?)`), version); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migrate %d: %w", version, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migrate %d: %w", version, err)
+		}
+	}
+	return nil
+}

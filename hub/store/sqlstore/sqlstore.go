@@ -1,0 +1,469 @@
+// Package sqlstore implements the store over database/sql. The SQL is
+// written once, with ? placeholders, and rebound for each dialect, so the
+// SQLite and PostgreSQL stores share every query and every test.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/protocol"
+)
+
+// Dialect is what differs between databases.
+type Dialect struct {
+	Name string
+	// Dollar: placeholders are $1, $2, … rather than ?.
+	Dollar bool
+	// IsConflict reports whether err is a unique-constraint violation.
+	IsConflict func(err error) bool
+}
+
+// SQLite is the dialect of modernc.org/sqlite.
+var SQLite = Dialect{
+	Name: "sqlite",
+	IsConflict: func(err error) bool {
+		return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+	},
+}
+
+// Store is the shared implementation.
+type Store struct {
+	writer, reader *sql.DB
+	d              Dialect
+	id             string
+}
+
+// New brings the schema up to date and loads (or makes) the store ID.
+func New(ctx context.Context, writer, reader *sql.DB, d Dialect, newID func() string) (*Store, error) {
+	s := &Store{writer: writer, reader: reader, d: d}
+	if err := s.migrate(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.writer.QueryRowContext(ctx, s.q(`SELECT value FROM meta WHERE key = 'store_id'`)).Scan(&s.id); errors.Is(err, sql.ErrNoRows) {
+		s.id = newID()
+		if _, err := s.writer.ExecContext(ctx, s.q(`INSERT INTO meta (key, value) VALUES ('store_id', ?)`), s.id); err != nil {
+			return nil, fmt.Errorf("save store id: %w", err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("read store id: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Store) ID() string { return s.id }
+
+// q rebinds a query written with ? to the dialect's placeholders.
+func (s *Store) q(query string) string {
+	if !s.d.Dollar {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
+	return s.run(ctx, s.writer, false, fn)
+}
+
+func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
+	return s.run(ctx, s.reader, true, fn)
+}
+
+func (s *Store) run(ctx context.Context, db *sql.DB, readOnly bool, fn func(store.Tx) error) error {
+	sqlTx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: readOnly && s.d.Dollar})
+	if err != nil {
+		return fmt.Errorf("store: begin: %w", err)
+	}
+	t := &tx{s: s, tx: sqlTx, ctx: ctx}
+	if err := fn(t); err != nil {
+		sqlTx.Rollback()
+		return err
+	}
+	if err := sqlTx.Commit(); err != nil {
+		return fmt.Errorf("store: commit: %w", err)
+	}
+	return nil
+}
+
+type tx struct {
+	s   *Store
+	tx  *sql.Tx
+	ctx context.Context
+}
+
+func (t *tx) exec(query string, args ...any) (sql.Result, error) {
+	return t.tx.ExecContext(t.ctx, t.s.q(query), args...)
+}
+
+func (t *tx) query(query string, args ...any) (*sql.Rows, error) {
+	return t.tx.QueryContext(t.ctx, t.s.q(query), args...)
+}
+
+func (t *tx) queryRow(query string, args ...any) *sql.Row {
+	return t.tx.QueryRowContext(t.ctx, t.s.q(query), args...)
+}
+
+// Times are stored as Unix nanoseconds, which every dialect keeps exactly.
+func ts(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromTS(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+func notFound(what, id string, err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s %q: %w", what, id, store.ErrNotFound)
+	}
+	return fmt.Errorf("%s %q: %w", what, id, err)
+}
+
+func (t *tx) CreateTenant(tn store.Tenant) error {
+	_, err := t.exec(`INSERT INTO tenants (name, created) VALUES (?, ?)`, tn.Name, ts(tn.Created))
+	if t.s.d.IsConflict(err) {
+		return fmt.Errorf("tenant %q: %w", tn.Name, store.ErrExists)
+	}
+	return err
+}
+
+func (t *tx) Tenants() ([]store.Tenant, error) {
+	rows, err := t.query(`SELECT name, created FROM tenants ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Tenant
+	for rows.Next() {
+		var tn store.Tenant
+		var created int64
+		if err := rows.Scan(&tn.Name, &created); err != nil {
+			return nil, err
+		}
+		tn.Created = fromTS(created)
+		out = append(out, tn)
+	}
+	return out, rows.Err()
+}
+
+func (t *tx) Tenant(name string) (store.Tenant, error) {
+	var tn store.Tenant
+	var created int64
+	err := t.queryRow(`SELECT name, created FROM tenants WHERE name = ?`, name).Scan(&tn.Name, &created)
+	if err != nil {
+		return tn, notFound("tenant", name, err)
+	}
+	tn.Created = fromTS(created)
+	return tn, nil
+}
+
+func (t *tx) PutClass(c store.Class) error {
+	_, err := t.exec(`INSERT INTO classes (name, accelerator, devices, cpus, memory_mb) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET accelerator = excluded.accelerator, devices = excluded.devices,
+		cpus = excluded.cpus, memory_mb = excluded.memory_mb`,
+		c.Name, c.Accelerator, c.Devices, c.CPUs, c.MemoryMB)
+	return err
+}
+
+const classCols = `name, accelerator, devices, cpus, memory_mb`
+
+func scanClass(sc interface{ Scan(...any) error }) (store.Class, error) {
+	var c store.Class
+	err := sc.Scan(&c.Name, &c.Accelerator, &c.Devices, &c.CPUs, &c.MemoryMB)
+	return c, err
+}
+
+func (t *tx) Classes() ([]store.Class, error) {
+	rows, err := t.query(`SELECT ` + classCols + ` FROM classes ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Class
+	for rows.Next() {
+		c, err := scanClass(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+func (t *tx) Class(name string) (store.Class, error) {
+	c, err := scanClass(t.queryRow(`SELECT `+classCols+` FROM classes WHERE name = ?`, name))
+	if err != nil {
+		return c, notFound("class", name, err)
+	}
+	return c, nil
+}
+
+const machineCols = `id, name, owner, region, os, arch, generation, reported_generation, applied_generation,
+	last_sync, agent_version, boot_id, agent_started, inventory, registered, revoked, cert_expires`
+
+func (t *tx) PutMachine(m store.Machine) error {
+	var inv []byte
+	if m.Inventory != nil {
+		var err error
+		if inv, err = json.Marshal(m.Inventory); err != nil {
+			return fmt.Errorf("machine %q: encode inventory: %w", m.ID, err)
+		}
+	}
+	_, err := t.exec(`INSERT INTO machines (`+machineCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET name = excluded.name, owner = excluded.owner, region = excluded.region,
+		os = excluded.os, arch = excluded.arch, generation = excluded.generation,
+		reported_generation = excluded.reported_generation, applied_generation = excluded.applied_generation,
+		last_sync = excluded.last_sync, agent_version = excluded.agent_version, boot_id = excluded.boot_id,
+		agent_started = excluded.agent_started, inventory = excluded.inventory, registered = excluded.registered,
+		revoked = excluded.revoked, cert_expires = excluded.cert_expires`,
+		m.ID, m.Name, m.Owner, m.Region, m.OS, m.Arch, m.Generation, m.ReportedGeneration, m.AppliedGeneration,
+		ts(m.LastSync), m.AgentVersion, m.BootID, ts(m.AgentStarted), string(inv), ts(m.Registered), m.Revoked, ts(m.CertExpires))
+	if err != nil {
+		return fmt.Errorf("machine %q: %w", m.ID, err)
+	}
+	return nil
+}
+
+func scanMachine(sc interface{ Scan(...any) error }) (store.Machine, error) {
+	var m store.Machine
+	var lastSync, started, registered, certExpires int64
+	var inv string
+	err := sc.Scan(&m.ID, &m.Name, &m.Owner, &m.Region, &m.OS, &m.Arch, &m.Generation, &m.ReportedGeneration,
+		&m.AppliedGeneration, &lastSync, &m.AgentVersion, &m.BootID, &started, &inv, &registered, &m.Revoked, &certExpires)
+	if err != nil {
+		return m, err
+	}
+	m.LastSync, m.AgentStarted, m.Registered, m.CertExpires = fromTS(lastSync), fromTS(started), fromTS(registered), fromTS(certExpires)
+	if inv != "" {
+		m.Inventory = new(protocol.Inventory)
+		if err := json.Unmarshal([]byte(inv), m.Inventory); err != nil {
+			return m, fmt.Errorf("machine %q: decode inventory: %w", m.ID, err)
+		}
+	}
+	return m, nil
+}
+
+func (t *tx) Machine(id string) (store.Machine, error) {
+	m, err := scanMachine(t.queryRow(`SELECT `+machineCols+` FROM machines WHERE id = ?`, id))
+	if err != nil {
+		return m, notFound("machine", id, err)
+	}
+	return m, nil
+}
+
+func (t *tx) Machines() ([]store.Machine, error) {
+	rows, err := t.query(`SELECT ` + machineCols + ` FROM machines ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Machine
+	for rows.Next() {
+		m, err := scanMachine(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+func (t *tx) BumpGeneration(machineID string) (int64, error) {
+	var gen int64
+	err := t.queryRow(`UPDATE machines SET generation = generation + 1 WHERE id = ? RETURNING generation`, machineID).Scan(&gen)
+	if err != nil {
+		return 0, notFound("machine", machineID, err)
+	}
+	return gen, nil
+}
+
+const workloadCols = `id, name, tenant, kind, class, region, image, state, machine, driver, devices, attempt,
+	mode_generation, reason, created, since, progress`
+
+func workloadArgs(w store.Workload) []any {
+	devices, _ := json.Marshal(w.Devices)
+	return []any{w.ID, w.Name, w.Tenant, string(w.Kind), w.Class, w.Region, w.Image, string(w.State), w.Machine,
+		w.Driver, string(devices), w.Attempt, w.ModeGeneration, w.Reason, ts(w.Created), ts(w.Since), ts(w.Progress)}
+}
+
+func scanWorkload(sc interface{ Scan(...any) error }) (store.Workload, error) {
+	var w store.Workload
+	var kind, state, devices string
+	var created, since, progress int64
+	err := sc.Scan(&w.ID, &w.Name, &w.Tenant, &kind, &w.Class, &w.Region, &w.Image, &state, &w.Machine, &w.Driver,
+		&devices, &w.Attempt, &w.ModeGeneration, &w.Reason, &created, &since, &progress)
+	if err != nil {
+		return w, err
+	}
+	w.Kind, w.State = protocol.Kind(kind), store.State(state)
+	w.Created, w.Since, w.Progress = fromTS(created), fromTS(since), fromTS(progress)
+	if devices != "" && devices != "null" {
+		if err := json.Unmarshal([]byte(devices), &w.Devices); err != nil {
+			return w, fmt.Errorf("workload %q: decode devices: %w", w.ID, err)
+		}
+	}
+	return w, nil
+}
+
+func (t *tx) CreateWorkload(w store.Workload) error {
+	_, err := t.exec(`INSERT INTO workloads (`+workloadCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, workloadArgs(w)...)
+	if t.s.d.IsConflict(err) {
+		return fmt.Errorf("workload %q: %w", w.ID, store.ErrExists)
+	}
+	if err != nil {
+		return fmt.Errorf("workload %q: %w", w.ID, err)
+	}
+	return nil
+}
+
+func (t *tx) PutWorkload(w store.Workload) error {
+	args := append(workloadArgs(w)[1:], w.ID)
+	res, err := t.exec(`UPDATE workloads SET name = ?, tenant = ?, kind = ?, class = ?, region = ?, image = ?, state = ?,
+		machine = ?, driver = ?, devices = ?, attempt = ?, mode_generation = ?, reason = ?, created = ?, since = ?,
+		progress = ? WHERE id = ?`, args...)
+	if err != nil {
+		return fmt.Errorf("workload %q: %w", w.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("workload %q: %w", w.ID, store.ErrNotFound)
+	}
+	return nil
+}
+
+func (t *tx) Workload(id string) (store.Workload, error) {
+	w, err := scanWorkload(t.queryRow(`SELECT `+workloadCols+` FROM workloads WHERE id = ?`, id))
+	if err != nil {
+		return w, notFound("workload", id, err)
+	}
+	return w, nil
+}
+
+func (t *tx) Workloads(f store.WorkloadFilter) ([]store.Workload, error) {
+	query := `SELECT ` + workloadCols + ` FROM workloads WHERE 1 = 1`
+	var args []any
+	if f.Machine != "" {
+		query += ` AND machine = ?`
+		args = append(args, f.Machine)
+	}
+	if len(f.States) > 0 {
+		query += ` AND state IN (?` + strings.Repeat(`, ?`, len(f.States)-1) + `)`
+		for _, st := range f.States {
+			args = append(args, string(st))
+		}
+	}
+	rows, err := t.query(query+` ORDER BY created, id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Workload
+	for rows.Next() {
+		w, err := scanWorkload(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+func (t *tx) DeleteWorkload(id string) error {
+	if _, err := t.exec(`DELETE FROM statuses WHERE workload = ?`, id); err != nil {
+		return fmt.Errorf("workload %q: %w", id, err)
+	}
+	res, err := t.exec(`DELETE FROM workloads WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("workload %q: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("workload %q: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
+func (t *tx) PutStatus(s store.StatusRecord) error {
+	var exit sql.NullInt64
+	if s.ExitCode != nil {
+		exit = sql.NullInt64{Int64: int64(*s.ExitCode), Valid: true}
+	}
+	_, err := t.exec(`INSERT INTO statuses (machine, workload, attempt, mode, generation, code, exit_code, detail, at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (machine, workload) DO UPDATE SET attempt = excluded.attempt, mode = excluded.mode,
+		generation = excluded.generation, code = excluded.code, exit_code = excluded.exit_code,
+		detail = excluded.detail, at = excluded.at`,
+		s.Machine, s.Workload, s.Attempt, string(s.Mode), s.Generation, string(s.Code), exit, s.Detail, ts(s.At))
+	return err
+}
+
+func (t *tx) Statuses(machineID string) ([]store.StatusRecord, error) {
+	rows, err := t.query(`SELECT machine, workload, attempt, mode, generation, code, exit_code, detail, at
+		FROM statuses WHERE machine = ? ORDER BY workload`, machineID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.StatusRecord
+	for rows.Next() {
+		var s store.StatusRecord
+		var mode, code string
+		var exit sql.NullInt64
+		var at int64
+		if err := rows.Scan(&s.Machine, &s.Workload, &s.Attempt, &mode, &s.Generation, &code, &exit, &s.Detail, &at); err != nil {
+			return nil, err
+		}
+		s.Mode, s.Code, s.At = protocol.Mode(mode), protocol.Code(code), fromTS(at)
+		if exit.Valid {
+			c := int(exit.Int64)
+			s.ExitCode = &c
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+func (t *tx) AddTimeline(e store.TimelineEntry) error {
+	_, err := t.exec(`INSERT INTO timeline (workload, at, text) VALUES (?, ?, ?)`, e.Workload, ts(e.At), e.Text)
+	return err
+}
+
+func (t *tx) Timeline(workloadID string) ([]store.TimelineEntry, error) {
+	rows, err := t.query(`SELECT workload, at, text FROM timeline WHERE workload = ? ORDER BY seq`, workloadID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.TimelineEntry
+	for rows.Next() {
+		var e store.TimelineEntry
+		var at int64
+		if err := rows.Scan(&e.Workload, &at, &e.Text); err != nil {
+			return nil, err
+		}
+		e.At = fromTS(at)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}

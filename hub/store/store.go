@@ -1,0 +1,193 @@
+// Package store is the contract of the hub's store: the one place that owns
+// intent (tenants, machines, classes, workloads, desired generations, the
+// latest status of each workload, and the timeline). One test suite,
+// storetest, runs over every implementation.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"einsora.dev/edge/protocol"
+)
+
+// Errors every implementation returns, wrapped with context.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrExists   = errors.New("already exists")
+)
+
+// Store is a transactional store. Every change that alters a machine's
+// desired state is made in one Update together with the machine's new
+// generation, so the two never disagree.
+type Store interface {
+	// ID is made once, when the store is created, and never changes: an
+	// agent that sees it change knows the hub's database was replaced.
+	ID() string
+	// Update runs fn in a read-write transaction, committed when fn
+	// returns nil. Implementations may retry fn on a serialisation
+	// conflict, so fn must have no effect outside tx.
+	Update(ctx context.Context, fn func(tx Tx) error) error
+	// View runs fn in a read-only transaction.
+	View(ctx context.Context, fn func(tx Tx) error) error
+	Close() error
+}
+
+// Tx is what a transaction can read and write.
+type Tx interface {
+	CreateTenant(t Tenant) error
+	Tenants() ([]Tenant, error)
+	Tenant(name string) (Tenant, error)
+
+	PutClass(c Class) error
+	Classes() ([]Class, error)
+	Class(name string) (Class, error)
+
+	// PutMachine inserts or replaces the machine's record.
+	PutMachine(m Machine) error
+	Machine(id string) (Machine, error)
+	Machines() ([]Machine, error)
+	// BumpGeneration increments the machine's desired generation and
+	// returns the new value.
+	BumpGeneration(machineID string) (int64, error)
+
+	// CreateWorkload inserts a new workload; ErrExists if its ID is taken.
+	CreateWorkload(w Workload) error
+	// PutWorkload replaces an existing workload's record.
+	PutWorkload(w Workload) error
+	Workload(id string) (Workload, error)
+	// Workloads returns the workloads matching f, oldest first.
+	Workloads(f WorkloadFilter) ([]Workload, error)
+	DeleteWorkload(id string) error
+
+	// PutStatus records the latest status a machine reported for a
+	// workload, replacing the one before.
+	PutStatus(s StatusRecord) error
+	// Statuses returns the latest statuses machineID reported.
+	Statuses(machineID string) ([]StatusRecord, error)
+
+	AddTimeline(e TimelineEntry) error
+	Timeline(workloadID string) ([]TimelineEntry, error)
+}
+
+// Tenant owns machines and workloads.
+type Tenant struct {
+	Name    string
+	Created time.Time
+}
+
+// Class is a size of workload: what it reserves on a machine.
+type Class struct {
+	Name string
+	// Accelerator is "none", "apple-gpu", "nvidia-gpu" or "amd-gpu".
+	Accelerator string
+	Devices     int
+	CPUs        int
+	MemoryMB    int
+}
+
+// Machine is a registered machine. Owner and Region come from its
+// registration (enrolment), never from what it reports.
+type Machine struct {
+	ID     string
+	Name   string
+	Owner  string
+	Region string
+	// OS and Arch are fixed by the first inventory the hub accepted.
+	OS   string
+	Arch string
+	// Generation is the machine's desired generation.
+	Generation int64
+	// ReportedGeneration is the desired generation the agent last said it
+	// received; AppliedGeneration the one it last applied.
+	ReportedGeneration int64
+	AppliedGeneration  int64
+	LastSync           time.Time
+	AgentVersion       string
+	BootID             string
+	AgentStarted       time.Time
+	// Inventory is the last validated inventory; nil before the first.
+	Inventory   *protocol.Inventory
+	Registered  time.Time
+	Revoked     bool
+	CertExpires time.Time
+}
+
+// State is a workload's state in the store.
+type State string
+
+const (
+	StatePending      State = "pending"
+	StateQueued       State = "queued"
+	StateProvisioning State = "provisioning"
+	StateRunning      State = "running"
+	StateStopping     State = "stopping"
+	StateStopped      State = "stopped"
+	StateFailed       State = "failed"
+	StateDeleting     State = "deleting"
+)
+
+// States lists every state.
+var States = []State{StatePending, StateQueued, StateProvisioning, StateRunning,
+	StateStopping, StateStopped, StateFailed, StateDeleting}
+
+// Valid reports whether s is a known state.
+func (s State) Valid() bool {
+	for _, k := range States {
+		if s == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Workload is a user's intent and where it was placed.
+type Workload struct {
+	ID     string
+	Name   string
+	Tenant string
+	Kind   protocol.Kind
+	Class  string
+	Region string
+	Image  string
+	State  State
+	// Machine and Driver are where it was placed. They stay set while the
+	// workload is parked, because the machine holds its data.
+	Machine string
+	Driver  string
+	Devices []string
+	// Attempt counts admissions; each is a new attempt.
+	Attempt int64
+	// ModeGeneration is the machine generation at which the workload's
+	// mode last changed. A status from an older generation answers
+	// nothing.
+	ModeGeneration int64
+	// Reason says why it is in its state, in words a user understands.
+	Reason  string
+	Created time.Time
+	// Since is when it entered its state.
+	Since time.Time
+	// Progress is when the agent last reported progress on it.
+	Progress time.Time
+}
+
+// WorkloadFilter selects workloads; zero fields match everything.
+type WorkloadFilter struct {
+	Machine string
+	States  []State
+}
+
+// StatusRecord is the latest status one machine reported for one workload.
+type StatusRecord struct {
+	Machine string
+	protocol.Status
+	At time.Time
+}
+
+// TimelineEntry is one line of a workload's history.
+type TimelineEntry struct {
+	Workload string
+	At       time.Time
+	Text     string
+}

@@ -1,0 +1,47 @@
+package protocol
+
+// Inventory is what an agent reports about its machine. The hub validates it
+// against the machine's registration and never lets it decide policy.
+type Inventory struct {
+	OS       string `json:"os"`   // GOOS: linux, darwin
+	Arch     string `json:"arch"` // GOARCH: amd64, arm64
+	Hostname string `json:"hostname,omitempty"`
+	// OSVersion is e.g. "Debian 12" or "macOS 15.1"; Kernel the kernel release.
+	OSVersion string `json:"os_version,omitempty"`
+	Kernel    string `json:"kernel,omitempty"`
+	CPUModel  string `json:"cpu_model,omitempty"`
+	// CPUs is the number of CPUs the agent may schedule on (a cgroup limit
+	// when there is one). PerformanceCores and EfficiencyCores are set on
+	// Apple Silicon.
+	CPUs             int `json:"cpus"`
+	PerformanceCores int `json:"performance_cores,omitempty"`
+	EfficiencyCores  int `json:"efficiency_cores,omitempty"`
+	MemoryMB         int `json:"memory_mb"`
+	// AppleSilicon is set on a Mac with an Apple chip.
+	AppleSilicon bool `json:"apple_silicon,omitempty"`
+	// Virtualization: /dev/kvm on Linux, kern.hv_support on macOS.
+	Virtualization bool    `json:"virtualization,omitempty"`
+	GPUs           []GPU   `json:"gpus,omitempty"`
+	Docker         *Docker `json:"docker,omitempty"`
+	// Drivers lists the drivers the agent offers now.
+	Drivers []string `json:"drivers"`
+	// Notes say what could not be probed; a partial inventory is reported
+	// rather than none.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// GPU is one accelerator.
+type GPU struct {
+	// Vendor is "apple", "nvidia", "amd" or "intel".
+	Vendor   string `json:"vendor"`
+	Model    string `json:"model,omitempty"`
+	ID       string `json:"id"` // a UUID or a stable index such as "0"
+	MemoryMB int    `json:"memory_mb,omitempty"`
+	Cores    int    `json:"cores,omitempty"`
+}
+
+// Docker describes a Docker Engine the agent can reach.
+type Docker struct {
+	Version  string   `json:"version"`
+	Runtimes []string `json:"runtimes,omitempty"`
+}
