@@ -1,0 +1,211 @@
+// Package storetest is the one test suite every store implementation
+// passes.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/protocol"
+)
+
+// Run runs the suite against stores made by open; each subtest gets a new,
+// empty store.
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	t.Run("store_id_is_stable", func(t *testing.T) {
+		s := open(t)
+		if s.ID() == "" {
+			t.Fatal("empty store id")
+		}
+	})
+	t.Run("tenants", func(t *testing.T) { testTenants(t, open(t)) })
+	t.Run("classes", func(t *testing.T) { testClasses(t, open(t)) })
+	t.Run("machines_and_generations", func(t *testing.T) { testMachines(t, open(t)) })
+	t.Run("workloads", func(t *testing.T) { testWorkloads(t, open(t)) })
+	t.Run("statuses", func(t *testing.T) { testStatuses(t, open(t)) })
+	t.Run("timeline_in_order", func(t *testing.T) { testTimeline(t, open(t)) })
+	t.Run("failed_update_rolls_back", func(t *testing.T) { testRollback(t, open(t)) })
+}
+
+var at = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+func update(t *testing.T, s store.Store, fn func(tx store.Tx) error) {
+	t.Helper()
+	if err := s.Update(context.Background(), fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func view(t *testing.T, s store.Store, fn func(tx store.Tx) error) {
+	t.Helper()
+	if err := s.View(context.Background(), fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testTenants(t *testing.T, s store.Store) {
+	update(t, s, func(tx store.Tx) error { return tx.CreateTenant(store.Tenant{Name: "acme", Created: at}) })
+	err := s.Update(context.Background(), func(tx store.Tx) error { return tx.CreateTenant(store.Tenant{Name: "acme", Created: at}) })
+	if !errors.Is(err, store.ErrExists) {
+		t.Errorf("second create: got %v, want ErrExists", err)
+	}
+	view(t, s, func(tx store.Tx) error {
+		tn, err := tx.Tenant("acme")
+		if err != nil || !tn.Created.Equal(at) {
+			t.Errorf("got %+v, %v", tn, err)
+		}
+		if _, err := tx.Tenant("nobody"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("missing tenant: got %v, want ErrNotFound", err)
+		}
+		return nil
+	})
+}
+
+func testClasses(t *testing.T, s store.Store) {
+	c := store.Class{Name: "nvidia-1", Accelerator: "nvidia-gpu", Devices: 1, CPUs: 4, MemoryMB: 16384}
+	update(t, s, func(tx store.Tx) error { return tx.PutClass(c) })
+	c.CPUs = 8
+	update(t, s, func(tx store.Tx) error { return tx.PutClass(c) })
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Class("nvidia-1")
+		if err != nil || got != c {
+			t.Errorf("got %+v, %v; want %+v", got, err, c)
+		}
+		all, _ := tx.Classes()
+		if len(all) != 1 {
+			t.Errorf("got %d classes, want 1", len(all))
+		}
+		return nil
+	})
+}
+
+func testMachines(t *testing.T, s store.Store) {
+	inv := &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 8, MemoryMB: 16000, Drivers: []string{"sim"}}
+	m := store.Machine{ID: "m-1", Name: "box", Owner: "acme", Region: "eu", OS: "linux", Arch: "amd64",
+		LastSync: at, Inventory: inv, Registered: at}
+	update(t, s, func(tx store.Tx) error { return tx.PutMachine(m) })
+	var gen int64
+	update(t, s, func(tx store.Tx) (err error) { gen, err = tx.BumpGeneration("m-1"); return err })
+	if gen != 1 {
+		t.Errorf("first bump: got %d, want 1", gen)
+	}
+	update(t, s, func(tx store.Tx) (err error) { gen, err = tx.BumpGeneration("m-1"); return err })
+	if gen != 2 {
+		t.Errorf("second bump: got %d, want 2", gen)
+	}
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Machine("m-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Generation != 2 || got.Owner != "acme" || !got.LastSync.Equal(at) || got.Inventory == nil || got.Inventory.CPUs != 8 {
+			t.Errorf("got %+v", got)
+		}
+		if _, err := tx.BumpGeneration("m-none"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("bump of a missing machine: got %v, want ErrNotFound", err)
+		}
+		return nil
+	})
+}
+
+func testWorkloads(t *testing.T, s store.Store) {
+	update(t, s, func(tx store.Tx) error { return tx.CreateTenant(store.Tenant{Name: "acme", Created: at}) })
+	w := store.Workload{ID: "w-1", Name: "web", Tenant: "acme", Kind: protocol.KindContainer, Class: "cpu-1",
+		Region: "eu", State: store.StatePending, Created: at, Since: at}
+	w2 := w
+	w2.ID, w2.Created, w2.State, w2.Machine = "w-2", at.Add(time.Second), store.StateRunning, "m-1"
+	update(t, s, func(tx store.Tx) error {
+		if err := tx.CreateWorkload(w); err != nil {
+			return err
+		}
+		return tx.CreateWorkload(w2)
+	})
+	if err := s.Update(context.Background(), func(tx store.Tx) error { return tx.CreateWorkload(w) }); !errors.Is(err, store.ErrExists) {
+		t.Errorf("duplicate id: got %v, want ErrExists", err)
+	}
+	w.State, w.Machine, w.Driver, w.Devices, w.Attempt = store.StateProvisioning, "m-1", "sim", []string{"nvidia:GPU-1"}, 3
+	update(t, s, func(tx store.Tx) error { return tx.PutWorkload(w) })
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Workload("w-1")
+		if err != nil || got.Attempt != 3 || !slices.Equal(got.Devices, w.Devices) || got.State != store.StateProvisioning {
+			t.Errorf("got %+v, %v", got, err)
+		}
+		on, _ := tx.Workloads(store.WorkloadFilter{Machine: "m-1"})
+		if len(on) != 2 || on[0].ID != "w-1" {
+			t.Errorf("on m-1: got %d, want w-1 then w-2", len(on))
+		}
+		running, _ := tx.Workloads(store.WorkloadFilter{States: []store.State{store.StateRunning}})
+		if len(running) != 1 || running[0].ID != "w-2" {
+			t.Errorf("running: got %+v", running)
+		}
+		return nil
+	})
+	update(t, s, func(tx store.Tx) error { return tx.DeleteWorkload("w-1") })
+	view(t, s, func(tx store.Tx) error {
+		if _, err := tx.Workload("w-1"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("after delete: got %v, want ErrNotFound", err)
+		}
+		return nil
+	})
+}
+
+func testStatuses(t *testing.T, s store.Store) {
+	code := 3
+	st := store.StatusRecord{Machine: "m-1", At: at, Status: protocol.Status{Workload: "w-1", Attempt: 2,
+		Mode: protocol.ModeRun, Generation: 7, Code: protocol.CodeExited, ExitCode: &code, Detail: "bye"}}
+	update(t, s, func(tx store.Tx) error { return tx.PutStatus(st) })
+	st.Code, st.ExitCode = protocol.CodeRunning, nil
+	update(t, s, func(tx store.Tx) error { return tx.PutStatus(st) })
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Statuses("m-1")
+		if err != nil || len(got) != 1 || got[0].Code != protocol.CodeRunning || got[0].ExitCode != nil || got[0].Generation != 7 {
+			t.Errorf("got %+v, %v", got, err)
+		}
+		return nil
+	})
+}
+
+func testTimeline(t *testing.T, s store.Store) {
+	update(t, s, func(tx store.Tx) error {
+		for _, text := range []string{"one", "two", "three"} {
+			if err := tx.AddTimeline(store.TimelineEntry{Workload: "w-1", At: at, Text: text}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	view(t, s, func(tx store.Tx) error {
+		es, _ := tx.Timeline("w-1")
+		var texts []string
+		for _, e := range es {
+			texts = append(texts, e.Text)
+		}
+		if !slices.Equal(texts, []string{"one", "two", "three"}) {
+			t.Errorf("got %v", texts)
+		}
+		return nil
+	})
+}
+
+func testRollback(t *testing.T, s store.Store) {
+	boom := errors.New("boom")
+	err := s.Update(context.Background(), func(tx store.Tx) error {
+		if err := tx.CreateTenant(store.Tenant{Name: "ghost", Created: at}); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("got %v, want boom", err)
+	}
+	view(t, s, func(tx store.Tx) error {
+		if _, err := tx.Tenant("ghost"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("rolled-back tenant: got %v, want ErrNotFound", err)
+		}
+		return nil
+	})
+}
