@@ -88,8 +88,8 @@ type Agent struct {
 // second agent on the same directory gets an error wrapping ErrLocked that
 // names the process holding it.
 func Open(cfg Config) (*Agent, error) {
-	if cfg.StateDir == "" || cfg.Transport == nil || cfg.Drivers == nil {
-		return nil, errors.New("agent: state dir, transport and drivers are required")
+	if cfg.StateDir == "" || cfg.Drivers == nil {
+		return nil, errors.New("agent: state dir and drivers are required")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
@@ -148,8 +148,16 @@ func (a *Agent) MachineID() string { return a.machineID }
 // Close releases the lock. Call it after Run returned.
 func (a *Agent) Close() error { return a.lock.Unlock() }
 
+// SetTransport sets the transport when it could not be made before Open:
+// an enrolled agent's transport needs the key in the locked state directory.
+// Call it before Run.
+func (a *Agent) SetTransport(t hubclient.Transport) { a.cfg.Transport = t }
+
 // Run runs the sync and apply loops until ctx is done.
 func (a *Agent) Run(ctx context.Context) error {
+	if a.cfg.Transport == nil {
+		return errors.New("agent: no transport to a hub")
+	}
 	a.refreshInventory(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { a.syncLoop(ctx) })

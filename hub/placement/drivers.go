@@ -1,0 +1,138 @@
+package placement
+
+import (
+	"slices"
+
+	"einsora.dev/edge/protocol"
+)
+
+// Accelerators a class can ask for and a driver can drive. A class without
+// an accelerator asks for AcceleratorNone.
+const (
+	AcceleratorNone      = "none"
+	AcceleratorAppleGPU  = "apple-gpu"
+	AcceleratorNvidiaGPU = "nvidia-gpu"
+	AcceleratorAMDGPU    = "amd-gpu"
+)
+
+// Driver is a row of the hub's driver table. Everything in it is the hub's
+// word, never the agent's: an agent only says which drivers it offers.
+type Driver struct {
+	Name string
+	// OS and Arch are the GOOS and GOARCH the driver runs on; "" means any.
+	OS   string
+	Arch string
+	// Isolation is how strongly the driver separates a workload from its
+	// host. The hub sends it with the workload; an agent whose driver
+	// gives less refuses it.
+	Isolation protocol.Isolation
+	// Weak marks isolation that is only good enough for the machine
+	// owner's own workloads (macos-native, plain docker).
+	Weak bool
+	// Kinds are the kinds of workload it runs.
+	Kinds []protocol.Kind
+	// Accelerators are those it can give a workload, AcceleratorNone
+	// included when it runs workloads without one.
+	Accelerators []string
+	// PerMachineLimit caps how many workloads one machine holds with this
+	// driver at once; 0 means no cap.
+	PerMachineLimit int
+}
+
+// DefaultDrivers is the hub's driver table.
+//
+// sim is for development: it runs every kind with every accelerator and
+// claims VM isolation so it never blocks a rule. An agent offers it only when
+// told to (--drivers sim), but the hub cannot tell an honest agent from a
+// hostile one, so a hub that places other tenants' workloads (sharing) should
+// drop sim from its table.
+var DefaultDrivers = []Driver{
+	{
+		Name: "docker", OS: "linux",
+		Isolation: protocol.IsolationContainer, Weak: true,
+		Kinds:        []protocol.Kind{protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
+		Accelerators: []string{AcceleratorNone, AcceleratorNvidiaGPU},
+	},
+	{
+		// Docker with the gVisor runtime (runsc).
+		Name: "docker-sandbox", OS: "linux",
+		Isolation:    protocol.IsolationSandbox,
+		Kinds:        []protocol.Kind{protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
+		Accelerators: []string{AcceleratorNone},
+	},
+	{
+		// Virtualization.framework. macOS allows two macOS guests per
+		// Mac; the cap counts every vz workload, whatever its guest.
+		// VMs only: a notebook here would take one of the two slots.
+		Name: "vz", OS: "darwin", Arch: "arm64",
+		Isolation:       protocol.IsolationVM,
+		Kinds:           []protocol.Kind{protocol.KindVM},
+		Accelerators:    []string{AcceleratorNone},
+		PerMachineLimit: 2,
+	},
+	{
+		// Processes on the Mac itself: the one driver that can use the
+		// Apple GPU (Metal, MLX).
+		Name: "macos-native", OS: "darwin",
+		Isolation: protocol.IsolationProcess, Weak: true,
+		Kinds:        []protocol.Kind{protocol.KindNotebook, protocol.KindEndpoint},
+		Accelerators: []string{AcceleratorNone, AcceleratorAppleGPU},
+	},
+	{
+		Name:         "sim",
+		Isolation:    protocol.IsolationVM,
+		Kinds:        []protocol.Kind{protocol.KindContainer, protocol.KindVM, protocol.KindNotebook, protocol.KindEndpoint},
+		Accelerators: []string{AcceleratorNone, AcceleratorAppleGPU, AcceleratorNvidiaGPU, AcceleratorAMDGPU},
+	},
+}
+
+// DriverTable indexes ds by name. Names should be distinct; the first row
+// with a name wins.
+func DriverTable(ds []Driver) map[string]Driver {
+	t := make(map[string]Driver, len(ds))
+	for _, d := range ds {
+		if _, dup := t[d.Name]; !dup {
+			t[d.Name] = d
+		}
+	}
+	return t
+}
+
+// LookupDriver returns the row of DefaultDrivers named name.
+func LookupDriver(name string) (Driver, bool) {
+	for _, d := range DefaultDrivers {
+		if d.Name == name {
+			return d, true
+		}
+	}
+	return Driver{}, false
+}
+
+// DriverOS returns the OS a driver of DefaultDrivers runs on ("" for any),
+// and false for a driver the hub does not know. The hub uses it to check
+// that an agent offers drivers only of its own OS.
+func DriverOS(name string) (string, bool) {
+	d, ok := LookupDriver(name)
+	return d.OS, ok
+}
+
+// Runs reports whether the driver runs workloads of kind k with the
+// accelerator acc ("" reads as AcceleratorNone).
+func (d Driver) Runs(k protocol.Kind, acc string) bool {
+	if acc == "" {
+		acc = AcceleratorNone
+	}
+	return slices.Contains(d.Kinds, k) && slices.Contains(d.Accelerators, acc)
+}
+
+// FitsPlatform reports whether the driver runs on a machine of GOOS os and
+// GOARCH arch.
+func (d Driver) FitsPlatform(os, arch string) bool {
+	return (d.OS == "" || d.OS == os) && (d.Arch == "" || d.Arch == arch)
+}
+
+// Allows reports whether one more workload fits under the driver's
+// per-machine limit on a machine already holding n with it.
+func (d Driver) Allows(n int) bool {
+	return d.PerMachineLimit <= 0 || n < d.PerMachineLimit
+}

@@ -1,0 +1,175 @@
+package placement
+
+import (
+	"slices"
+	"strings"
+
+	"einsora.dev/edge/protocol"
+)
+
+// Held is what one workload placed on a machine holds there. The controller
+// lists the workloads that hold resources now (provisioning, running,
+// stopping); a parked workload keeps its disk but holds no CPUs, memory or
+// devices.
+type Held struct {
+	Workload string
+	Driver   string
+	Kind     protocol.Kind
+	CPUs     int
+	MemoryMB int
+	Devices  []string
+}
+
+// Machine is a machine as placement sees it. Owner and Region come from its
+// registration, never from the agent; Devices and Drivers from its validated
+// inventory.
+type Machine struct {
+	ID     string
+	Owner  string
+	Region string
+	OS     string // GOOS
+	Arch   string // GOARCH
+	// Online is false for a machine silent for 45 seconds; such a machine is
+	// never chosen.
+	Online   bool
+	CPUs     int
+	MemoryMB int
+	// Devices maps an accelerator to its device IDs, as
+	// DevicesFromInventory makes them.
+	Devices map[string][]string
+	// Drivers are the drivers the agent offers now.
+	Drivers []string
+	// Holding is what the workloads placed on the machine hold.
+	Holding []Held
+}
+
+// DevicesFromInventory maps an inventory's GPUs to device IDs per
+// accelerator: an Apple GPU becomes "apple-gpu:<id>", an NVIDIA one
+// "nvidia:<id>" and an AMD one "amd:<id>". GPUs of other vendors, and GPUs
+// without an ID (which cannot be reserved), are left out. IDs are sorted and
+// unique.
+func DevicesFromInventory(inv protocol.Inventory) map[string][]string {
+	var out map[string][]string
+	for _, g := range inv.GPUs {
+		if g.ID == "" {
+			continue
+		}
+		var acc, prefix string
+		switch strings.ToLower(g.Vendor) {
+		case "apple":
+			acc, prefix = AcceleratorAppleGPU, "apple-gpu:"
+		case "nvidia":
+			acc, prefix = AcceleratorNvidiaGPU, "nvidia:"
+		case "amd":
+			acc, prefix = AcceleratorAMDGPU, "amd:"
+		default:
+			continue
+		}
+		if out == nil {
+			out = make(map[string][]string)
+		}
+		out[acc] = append(out[acc], prefix+g.ID)
+	}
+	for acc, ids := range out {
+		slices.Sort(ids)
+		out[acc] = slices.Compact(ids)
+	}
+	return out
+}
+
+// CanHost reports whether the machine may host w at all: it is the tenant's
+// own (until sharing lets a user choose someone else's, ADR-0014) and in the
+// workload's region. A machine without an owner hosts nothing.
+func (m Machine) CanHost(w Workload) bool {
+	return m.Owner != "" && m.Owner == w.Tenant && m.Region == w.Region
+}
+
+// Permits reports whether the machine may run w with d: weak isolation is
+// only for the machine owner's own workloads.
+func (m Machine) Permits(w Workload, d Driver) bool {
+	return !d.Weak || (m.Owner != "" && m.Owner == w.Tenant)
+}
+
+// Offers reports whether the machine offers d now and d runs on the
+// machine's OS and architecture.
+func (m Machine) Offers(d Driver) bool {
+	return d.FitsPlatform(m.OS, m.Arch) && slices.Contains(m.Drivers, d.Name)
+}
+
+// Equipped reports whether the machine, empty, would be big enough for c:
+// enough devices of its accelerator, CPUs and memory.
+func (m Machine) Equipped(c Class) bool {
+	return m.equip(&c) == stageFits
+}
+
+// Free is what a machine has left after what it holds.
+type Free struct {
+	CPUs     int
+	MemoryMB int
+	// Devices maps an accelerator to its free device IDs, sorted.
+	Devices map[string][]string
+	// Drivers counts the workloads held with each driver.
+	Drivers map[string]int
+}
+
+// Free subtracts what the machine holds from what it has. A held device the
+// machine does not list frees nothing; CPUs and memory may go below zero
+// when a machine shrank under its workloads.
+func (m Machine) Free() Free {
+	f := Free{CPUs: m.CPUs, MemoryMB: m.MemoryMB}
+	held := make(map[string]bool)
+	for _, h := range m.Holding {
+		f.CPUs -= h.CPUs
+		f.MemoryMB -= h.MemoryMB
+		for _, id := range h.Devices {
+			held[id] = true
+		}
+		if f.Drivers == nil {
+			f.Drivers = make(map[string]int)
+		}
+		f.Drivers[h.Driver]++
+	}
+	for acc, ids := range m.Devices {
+		var free []string
+		for _, id := range ids {
+			if !held[id] {
+				free = append(free, id)
+			}
+		}
+		slices.Sort(free)
+		free = slices.Compact(free)
+		if len(free) > 0 {
+			if f.Devices == nil {
+				f.Devices = make(map[string][]string)
+			}
+			f.Devices[acc] = free
+		}
+	}
+	return f
+}
+
+// Fits reports whether c's devices, CPUs and memory are free.
+func (f Free) Fits(c Class) bool { return f.lack(&c) == stageFits }
+
+// lack returns the first of c's resources that is not free, as the stage
+// that fails, or stageFits.
+func (f *Free) lack(c *Class) stage {
+	switch {
+	case c.Devices > 0 && len(f.Devices[c.accelerator()]) < c.Devices:
+		return stageDevicesFree
+	case f.CPUs < c.CPUs:
+		return stageCPUsFree
+	case f.MemoryMB < c.MemoryMB:
+		return stageMemoryFree
+	}
+	return stageFits
+}
+
+// devices counts the free devices of every accelerator.
+func (f *Free) devices() int {
+	n := 0
+	for _, ids := range f.Devices {
+		n += len(ids)
+	}
+	return n
+}
