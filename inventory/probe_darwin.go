@@ -1,0 +1,31 @@
+package inventory
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+func platformProbers() []prober { return darwinProbers(unixSysctl{}) }
+
+// unixSysctl reads the kernel's sysctl values without cgo.
+type unixSysctl struct{}
+
+func (unixSysctl) String(name string) (string, error) { return unix.Sysctl(name) }
+
+// Uint reads an integer of either width: the hw.perflevel and kern values
+// are 4 bytes, hw.memsize 8.
+func (unixSysctl) Uint(name string) (uint64, error) {
+	b, err := unix.SysctlRaw(name)
+	if err != nil {
+		return 0, err
+	}
+	switch len(b) {
+	case 4:
+		return uint64(binary.NativeEndian.Uint32(b)), nil
+	case 8:
+		return binary.NativeEndian.Uint64(b), nil
+	}
+	return 0, fmt.Errorf("sysctl %s: %d bytes, want 4 or 8", name, len(b))
+}

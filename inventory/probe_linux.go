@@ -1,0 +1,3 @@
+package inventory
+
+func platformProbers() []prober { return linuxProbers() }
