@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"einsora.dev/edge/agent"
+	"einsora.dev/edge/clock"
+	"einsora.dev/edge/drivers"
+	"einsora.dev/edge/drivers/sim"
+	"einsora.dev/edge/hubclient"
+	"einsora.dev/edge/internal/cli"
+	"einsora.dev/edge/inventory"
+	"einsora.dev/edge/protocol"
+)
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "einsora-agent",
+		Short: "The Einsora node agent: runs the workloads a hub places on this machine",
+	}
+	root.AddCommand(runCmd(), statusCmd(), inventoryCmd(), versionCmd())
+	return root
+}
+
+func versionCmd() *cobra.Command {
+	return &cobra.Command{Use: "version", Short: "Print the version", Args: cli.Args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintln(cmd.OutOrStdout(), version)
+			return nil
+		}}
+}
+
+func runCmd() *cobra.Command {
+	var stateDir, driverList, inventoryFile string
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the agent daemon",
+		Args:  cli.Args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			host, err := buildDrivers(driverList, stateDir)
+			if err != nil {
+				return err
+			}
+			probe, err := inventorySource(inventoryFile, driverList, log)
+			if err != nil {
+				return err
+			}
+			// The lock first: a second agent is told who holds it before
+			// anything else is looked at.
+			a, err := agent.Open(agent.Config{
+				StateDir: stateDir, Drivers: host, Inventory: probe, Logger: log, Version: version,
+			})
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			transport, err := networkTransport(stateDir)
+			if err != nil {
+				return err
+			}
+			a.SetTransport(transport)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log.Info("agent running", "machine", a.MachineID(), "state", stateDir, "drivers", host.Names())
+			return a.Run(ctx)
+		},
+	}
+	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultAgentStateDir(), "state directory: machine ID, state, key and certificate, lock")
+	cmd.Flags().StringVar(&driverList, "drivers", "sim", "comma-separated drivers to offer, e.g. sim")
+	cmd.Flags().StringVar(&inventoryFile, "inventory-file", "", "development only, with --drivers sim: report this file's inventory (JSON) instead of probing")
+	return cmd
+}
+
+// networkTransport is the HTTPS transport of an enrolled agent.
+func networkTransport(stateDir string) (hubclient.Transport, error) {
+	return nil, fmt.Errorf("this agent is not enrolled with a hub (no certificate in %s); einsora-hub solo runs an agent for this machine in-process", stateDir)
+}
+
+func buildDrivers(list, stateDir string) (*drivers.Host, error) {
+	var ds []drivers.Driver
+	for name := range strings.SplitSeq(list, ",") {
+		switch strings.TrimSpace(name) {
+		case "sim":
+			d, err := sim.New(filepath.Join(stateDir, "sim"), clock.Real{})
+			if err != nil {
+				return nil, err
+			}
+			ds = append(ds, d)
+		case "":
+		default:
+			return nil, cli.Usagef("unknown driver %q in --drivers: this build offers sim", name)
+		}
+	}
+	if len(ds) == 0 {
+		return nil, cli.Usagef("--drivers names no driver")
+	}
+	return drivers.NewHost(ds...), nil
+}
+
+func inventorySource(file, driverList string, log *slog.Logger) (func(context.Context) protocol.Inventory, error) {
+	if file == "" {
+		return inventory.New(inventory.Options{Logger: log}).Probe, nil
+	}
+	if strings.TrimSpace(driverList) != "sim" {
+		return nil, cli.Usagef("--inventory-file is for development and needs --drivers sim")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("inventory file: %w", err)
+	}
+	var inv protocol.Inventory
+	if err := json.Unmarshal(b, &inv); err != nil {
+		return nil, fmt.Errorf("inventory file %s: %w", file, err)
+	}
+	return func(context.Context) protocol.Inventory { return inv }, nil
+}
+
+func statusCmd() *cobra.Command {
+	var stateDir string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the agent's machine ID, desired state and the workloads it holds",
+		Args:  cli.Args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := agent.ReadStatus(stateDir)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return cli.PrintJSON(cmd.OutOrStdout(), st)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "machine:    %s\nstate dir:  %s\nrunning:    %v\ngeneration: %d\nworkloads:  %s\n",
+				st.MachineID, st.StateDir, st.Running, st.DesiredGeneration, strings.Join(st.Workloads, ", "))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultAgentStateDir(), "state directory")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only")
+	return cmd
+}
+
+func inventoryCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "inventory",
+		Short: "Print what this machine would report to a hub",
+		Args:  cli.Args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			inv := inventory.New(inventory.Options{}).Probe(ctx)
+			if asJSON {
+				return cli.PrintJSON(cmd.OutOrStdout(), inv)
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "os:        %s/%s %s (kernel %s)\ncpu:       %s, %d CPUs\nmemory:    %d MB\n",
+				inv.OS, inv.Arch, inv.OSVersion, inv.Kernel, inv.CPUModel, inv.CPUs, inv.MemoryMB)
+			for _, g := range inv.GPUs {
+				fmt.Fprintf(out, "gpu:       %s %s (%s)\n", g.Vendor, g.Model, g.ID)
+			}
+			if inv.Docker != nil {
+				fmt.Fprintf(out, "docker:    %s, runtimes %s\n", inv.Docker.Version, strings.Join(inv.Docker.Runtimes, ", "))
+			}
+			for _, n := range inv.Notes {
+				fmt.Fprintf(out, "note:      %s\n", n)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only")
+	return cmd
+}

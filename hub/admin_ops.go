@@ -1,0 +1,268 @@
+package hub
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/protocol"
+)
+
+// ErrInvalid is wrapped by errors about what an operator asked for; the
+// admin API answers them with 400.
+var ErrInvalid = errors.New("invalid")
+
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+func checkName(what, name string) error {
+	if !namePattern.MatchString(name) {
+		return fmt.Errorf("%w: %s %q: use 1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit", ErrInvalid, what, name)
+	}
+	return nil
+}
+
+// CreateTenant adds a tenant.
+func (h *Hub) CreateTenant(ctx context.Context, name string) error {
+	if err := checkName("tenant", name); err != nil {
+		return err
+	}
+	return h.store.Update(ctx, func(tx store.Tx) error {
+		return tx.CreateTenant(store.Tenant{Name: name, Created: h.clk.Now()})
+	})
+}
+
+// EnsureTenant adds a tenant unless it exists.
+func (h *Hub) EnsureTenant(ctx context.Context, name string) error {
+	err := h.CreateTenant(ctx, name)
+	if errors.Is(err, store.ErrExists) {
+		return nil
+	}
+	return err
+}
+
+// CreateClass adds or replaces a class.
+func (h *Hub) CreateClass(ctx context.Context, c store.Class) error {
+	if err := checkName("class", c.Name); err != nil {
+		return err
+	}
+	switch c.Accelerator {
+	case "none", "apple-gpu", "nvidia-gpu", "amd-gpu":
+	default:
+		return fmt.Errorf("%w: accelerator %q: want none, apple-gpu, nvidia-gpu or amd-gpu", ErrInvalid, c.Accelerator)
+	}
+	if c.CPUs < 0 || c.MemoryMB < 0 || c.Devices < 0 || (c.Accelerator == "none") != (c.Devices == 0) {
+		return fmt.Errorf("%w: class %s: counts must be positive, and devices set exactly when there is an accelerator", ErrInvalid, c.Name)
+	}
+	return h.store.Update(ctx, func(tx store.Tx) error { return tx.PutClass(c) })
+}
+
+// RegisterMachine records a machine with its owner and region, which only
+// registration (enrolment) decides. Registering again keeps everything else.
+func (h *Hub) RegisterMachine(ctx context.Context, id, name, owner, region string) error {
+	if id == "" || len(id) > protocol.MaxIDLength {
+		return fmt.Errorf("%w: machine id %q", ErrInvalid, id)
+	}
+	return h.store.Update(ctx, func(tx store.Tx) error {
+		m, err := tx.Machine(id)
+		if errors.Is(err, store.ErrNotFound) {
+			m = store.Machine{ID: id, Registered: h.clk.Now()}
+		} else if err != nil {
+			return err
+		}
+		if m.Owner != "" && m.Owner != owner {
+			return fmt.Errorf("%w: machine %s belongs to %s; remove it before registering it for %s", ErrInvalid, id, m.Owner, owner)
+		}
+		m.Name, m.Owner, m.Region = bound(name, 64), owner, region
+		return tx.PutMachine(m)
+	})
+}
+
+// WorkloadSpec is what a user asks for.
+type WorkloadSpec struct {
+	Tenant string
+	Name   string
+	Kind   protocol.Kind
+	Class  string
+	Region string
+	Image  string
+}
+
+// CreateWorkload records a new workload, pending admission, and returns it.
+func (h *Hub) CreateWorkload(ctx context.Context, spec WorkloadSpec) (store.Workload, error) {
+	if err := checkName("name", spec.Name); err != nil {
+		return store.Workload{}, err
+	}
+	if !spec.Kind.Valid() {
+		return store.Workload{}, fmt.Errorf("%w: kind %q: want container, vm, notebook or endpoint", ErrInvalid, spec.Kind)
+	}
+	if spec.Region == "" {
+		return store.Workload{}, fmt.Errorf("%w: a region is needed", ErrInvalid)
+	}
+	if len(spec.Image) > 512 {
+		return store.Workload{}, fmt.Errorf("%w: image name longer than 512 bytes", ErrInvalid)
+	}
+	now := h.clk.Now()
+	w := store.Workload{
+		ID: newWorkloadID(), Name: spec.Name, Tenant: spec.Tenant, Kind: spec.Kind, Class: spec.Class,
+		Region: spec.Region, Image: spec.Image, State: store.StatePending, Created: now, Since: now,
+	}
+	err := h.store.Update(ctx, func(tx store.Tx) error {
+		if _, err := tx.Tenant(spec.Tenant); errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("%w: no tenant %q; create it with: einsora-hub tenant create %s", ErrInvalid, spec.Tenant, spec.Tenant)
+		} else if err != nil {
+			return err
+		}
+		if _, err := tx.Class(spec.Class); errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("%w: no class %q; see: einsora-hub class ls", ErrInvalid, spec.Class)
+		} else if err != nil {
+			return err
+		}
+		if err := tx.CreateWorkload(w); err != nil {
+			return err
+		}
+		return h.timeline(tx, w.ID, fmt.Sprintf("created: %s %s of class %s in region %s", w.Kind, w.Name, w.Class, w.Region))
+	})
+	if err != nil {
+		return store.Workload{}, err
+	}
+	h.wakeController()
+	return w, nil
+}
+
+func newWorkloadID() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "w-" + hex.EncodeToString(b[:])
+}
+
+// RunWorkload asks for a stopped or failed workload to run again. It waits
+// for admission, which makes a new attempt.
+func (h *Hub) RunWorkload(ctx context.Context, id string) error {
+	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *[]string) error {
+		switch w.State {
+		case store.StateStopped, store.StateFailed, store.StateStopping:
+			return h.move(tx, w, store.StatePending, "", "asked to run", wakes)
+		case store.StateDeleting:
+			return fmt.Errorf("%w: workload %s is being deleted", ErrInvalid, id)
+		}
+		return nil
+	})
+}
+
+// ParkWorkload stops a workload, keeping its data.
+func (h *Hub) ParkWorkload(ctx context.Context, id string) error {
+	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *[]string) error {
+		switch w.State {
+		case store.StateProvisioning, store.StateRunning:
+			return h.move(tx, w, store.StateStopping, "", "asked to stop", wakes)
+		case store.StatePending, store.StateQueued:
+			return h.move(tx, w, store.StateStopped, "", "asked to stop before it was placed", wakes)
+		case store.StateDeleting:
+			return fmt.Errorf("%w: workload %s is being deleted", ErrInvalid, id)
+		}
+		return nil
+	})
+}
+
+// DeleteWorkload removes a workload and its data: at once when no machine
+// holds it, else once its machine says it removed it.
+func (h *Hub) DeleteWorkload(ctx context.Context, id string) error {
+	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *[]string) error {
+		if w.Machine == "" {
+			if err := h.timeline(tx, w.ID, "deleted"); err != nil {
+				return err
+			}
+			return tx.DeleteWorkload(w.ID)
+		}
+		if w.State == store.StateDeleting {
+			return nil
+		}
+		return h.move(tx, w, store.StateDeleting, "", "asked to delete; removing it and its data from machine "+w.Machine, wakes)
+	})
+}
+
+func (h *Hub) change(ctx context.Context, id string, fn func(tx store.Tx, w *store.Workload, wakes *[]string) error) error {
+	var wakes []string
+	err := h.store.Update(ctx, func(tx store.Tx) error {
+		wakes = wakes[:0]
+		w, err := tx.Workload(id)
+		if err != nil {
+			return err
+		}
+		return fn(tx, &w, &wakes)
+	})
+	if err != nil {
+		return err
+	}
+	h.wakeAll(wakes)
+	h.wakeController()
+	return nil
+}
+
+// Workload returns one workload.
+func (h *Hub) Workload(ctx context.Context, id string) (w store.Workload, err error) {
+	err = h.store.View(ctx, func(tx store.Tx) error { w, err = tx.Workload(id); return err })
+	return w, err
+}
+
+// Workloads returns every workload.
+func (h *Hub) Workloads(ctx context.Context) (ws []store.Workload, err error) {
+	err = h.store.View(ctx, func(tx store.Tx) error { ws, err = tx.Workloads(store.WorkloadFilter{}); return err })
+	return ws, err
+}
+
+// Timeline returns a workload's history.
+func (h *Hub) Timeline(ctx context.Context, id string) (es []store.TimelineEntry, err error) {
+	err = h.store.View(ctx, func(tx store.Tx) error {
+		if _, err := tx.Workload(id); err != nil {
+			return err
+		}
+		es, err = tx.Timeline(id)
+		return err
+	})
+	return es, err
+}
+
+// Tenants returns every tenant.
+func (h *Hub) Tenants(ctx context.Context) (ts []store.Tenant, err error) {
+	err = h.store.View(ctx, func(tx store.Tx) error { ts, err = tx.Tenants(); return err })
+	return ts, err
+}
+
+// Classes returns every class.
+func (h *Hub) Classes(ctx context.Context) (cs []store.Class, err error) {
+	err = h.store.View(ctx, func(tx store.Tx) error { cs, err = tx.Classes(); return err })
+	return cs, err
+}
+
+// MachineView is a machine with what the hub derives about it.
+type MachineView struct {
+	store.Machine
+	Online bool
+}
+
+// Machines returns every machine.
+func (h *Hub) Machines(ctx context.Context) ([]MachineView, error) {
+	var ms []store.Machine
+	err := h.store.View(ctx, func(tx store.Tx) (err error) { ms, err = tx.Machines(); return err })
+	out := make([]MachineView, len(ms))
+	for i, m := range ms {
+		out[i] = MachineView{Machine: m, Online: h.online(m)}
+	}
+	return out, err
+}
+
+// Machine returns one machine.
+func (h *Hub) Machine(ctx context.Context, id string) (MachineView, error) {
+	var m store.Machine
+	err := h.store.View(ctx, func(tx store.Tx) (err error) { m, err = tx.Machine(id); return err })
+	return MachineView{Machine: m, Online: err == nil && h.online(m)}, err
+}
+
+func (h *Hub) online(m store.Machine) bool {
+	return !m.LastSync.IsZero() && h.clk.Now().Sub(m.LastSync) < h.cfg.OfflineAfter || h.polls.connected(m.ID)
+}

@@ -1,0 +1,87 @@
+// Package adminapi holds the admin API's JSON types and its client, which
+// the einsora-hub CLI uses. Field names are the ones CONTRACT.md promises to
+// scripts: add fields freely, rename none.
+package adminapi
+
+import (
+	"time"
+
+	"einsora.dev/edge/protocol"
+)
+
+// Tenant is a tenant.
+type Tenant struct {
+	Name    string    `json:"name"`
+	Created time.Time `json:"created"`
+}
+
+// Class is a size of workload.
+type Class struct {
+	Name        string `json:"name"`
+	Accelerator string `json:"accelerator"`
+	Devices     int    `json:"devices"`
+	CPUs        int    `json:"cpus"`
+	MemoryMB    int    `json:"memory_mb"`
+}
+
+// Machine is a machine and its health.
+type Machine struct {
+	ID                string              `json:"id"`
+	Name              string              `json:"name"`
+	Owner             string              `json:"owner"`
+	Region            string              `json:"region"`
+	Online            bool                `json:"online"`
+	LastSync          *time.Time          `json:"last_sync"`
+	DesiredGeneration int64               `json:"desired_generation"`
+	AppliedGeneration int64               `json:"applied_generation"`
+	AgentVersion      string              `json:"agent_version"`
+	OS                string              `json:"os,omitempty"`
+	Arch              string              `json:"arch,omitempty"`
+	Inventory         *protocol.Inventory `json:"inventory,omitempty"`
+	Drivers           []string            `json:"drivers,omitempty"`
+	CertExpires       *time.Time          `json:"cert_expires,omitempty"`
+}
+
+// Workload is a workload and where it stands.
+type Workload struct {
+	ID      string    `json:"id"`
+	Name    string    `json:"name"`
+	Tenant  string    `json:"tenant"`
+	Kind    string    `json:"kind"`
+	Class   string    `json:"class"`
+	Region  string    `json:"region"`
+	Image   string    `json:"image"`
+	State   string    `json:"state"`
+	Machine string    `json:"machine"`
+	Driver  string    `json:"driver"`
+	Attempt int64     `json:"attempt"`
+	Reason  string    `json:"reason"`
+	Created time.Time `json:"created"`
+	Since   time.Time `json:"since"`
+}
+
+// TimelineEntry is one line of a workload's history.
+type TimelineEntry struct {
+	At   time.Time `json:"at"`
+	Text string    `json:"text"`
+}
+
+// CreateTenant is the body of POST /v1/tenants.
+type CreateTenant struct {
+	Name string `json:"name"`
+}
+
+// CreateWorkload is the body of POST /v1/workloads.
+type CreateWorkload struct {
+	Tenant string `json:"tenant"`
+	Name   string `json:"name"`
+	Kind   string `json:"kind"`
+	Class  string `json:"class"`
+	Region string `json:"region"`
+	Image  string `json:"image,omitempty"`
+}
+
+// Error is the body of every error answer.
+type Error struct {
+	Error string `json:"error"`
+}

@@ -1,0 +1,190 @@
+// Package hub is the compact control plane: it stores intent, places
+// workloads on machines, and answers agents' long-polled syncs with each
+// machine's complete desired state, computed from the store every time.
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"einsora.dev/edge/clock"
+	"einsora.dev/edge/hub/placement"
+	"einsora.dev/edge/hub/store"
+)
+
+// Config configures a Hub. Zero durations take the defaults of ADR-0016.
+type Config struct {
+	Store  store.Store
+	Clock  clock.Clock
+	Logger *slog.Logger
+	// PollTimeout is how long a sync is held when nothing changed.
+	PollTimeout time.Duration
+	// OfflineAfter is how long a machine may be silent and still be
+	// offered for placement.
+	OfflineAfter time.Duration
+	// ControllerInterval is how often the controller passes when nothing
+	// wakes it.
+	ControllerInterval time.Duration
+	// Drivers is the hub's driver table; nil means placement.DefaultDrivers.
+	Drivers []placement.Driver
+}
+
+// Defaults from ADR-0016 and the issues that refine it.
+const (
+	DefaultPollTimeout        = 25 * time.Second
+	DefaultOfflineAfter       = 45 * time.Second
+	DefaultControllerInterval = 2 * time.Second
+)
+
+// Hub is one hub process's view of the store.
+type Hub struct {
+	store   store.Store
+	clk     clock.Clock
+	log     *slog.Logger
+	cfg     Config
+	drivers map[string]placement.Driver
+	polls   polls
+
+	// kick wakes the controller; dirty holds the machines whose reports
+	// it has not yet observed.
+	kick    chan struct{}
+	dirtyMu sync.Mutex
+	dirty   map[string]bool
+
+	// started is when this hub process started; settled is set, once and
+	// for good, when the machines it expects have synced with it. Only the
+	// controller goroutine touches settled.
+	started time.Time
+	settled bool
+}
+
+// New returns a hub over cfg.Store, seeding the default classes into a new
+// store.
+func New(ctx context.Context, cfg Config) (*Hub, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("hub: no store")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.PollTimeout <= 0 {
+		cfg.PollTimeout = DefaultPollTimeout
+	}
+	if cfg.OfflineAfter <= 0 {
+		cfg.OfflineAfter = DefaultOfflineAfter
+	}
+	if cfg.ControllerInterval <= 0 {
+		cfg.ControllerInterval = DefaultControllerInterval
+	}
+	if cfg.Drivers == nil {
+		cfg.Drivers = placement.DefaultDrivers
+	}
+	h := &Hub{
+		store:   cfg.Store,
+		clk:     cfg.Clock,
+		log:     cfg.Logger.With("component", "hub"),
+		cfg:     cfg,
+		drivers: placement.DriverTable(cfg.Drivers),
+		polls:   polls{waiting: make(map[string]*poll)},
+		kick:    make(chan struct{}, 1),
+		dirty:   make(map[string]bool),
+		started: cfg.Clock.Now(),
+	}
+	if err := h.seedClasses(ctx); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// StoreID is the store's ID, sent with every desired state.
+func (h *Hub) StoreID() string { return h.store.ID() }
+
+func (h *Hub) seedClasses(ctx context.Context) error {
+	return h.store.Update(ctx, func(tx store.Tx) error {
+		have, err := tx.Classes()
+		if err != nil {
+			return err
+		}
+		if len(have) > 0 {
+			return nil
+		}
+		for _, c := range placement.DefaultClasses {
+			if err := tx.PutClass(store.Class(c)); err != nil {
+				return fmt.Errorf("seed class %s: %w", c.Name, err)
+			}
+		}
+		return nil
+	})
+}
+
+// Run runs the controller until ctx is done: it observes what agents
+// report and admits workloads, whenever a sync or an admin change wakes it
+// and at least every ControllerInterval.
+func (h *Hub) Run(ctx context.Context) error {
+	h.markAllDirty(ctx)
+	t := h.clk.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-h.kick:
+		case <-t.C():
+		}
+		if err := h.Pass(ctx); err != nil && ctx.Err() == nil {
+			h.log.Error("controller pass failed", "err", err)
+		}
+		t.Reset(h.cfg.ControllerInterval)
+	}
+}
+
+// Pass runs one controller pass: observe, then admit. Tests call it
+// directly instead of Run.
+func (h *Hub) Pass(ctx context.Context) error {
+	return errors.Join(h.observe(ctx), h.admit(ctx))
+}
+
+func (h *Hub) wakeController() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (h *Hub) markDirty(machineID string) {
+	h.dirtyMu.Lock()
+	h.dirty[machineID] = true
+	h.dirtyMu.Unlock()
+	h.wakeController()
+}
+
+func (h *Hub) markAllDirty(ctx context.Context) {
+	var ms []store.Machine
+	if err := h.store.View(ctx, func(tx store.Tx) (err error) { ms, err = tx.Machines(); return err }); err != nil {
+		h.log.Error("list machines", "err", err)
+		return
+	}
+	h.dirtyMu.Lock()
+	defer h.dirtyMu.Unlock()
+	for _, m := range ms {
+		h.dirty[m.ID] = true
+	}
+}
+
+func (h *Hub) takeDirty() []string {
+	h.dirtyMu.Lock()
+	defer h.dirtyMu.Unlock()
+	ids := make([]string, 0, len(h.dirty))
+	for id := range h.dirty {
+		ids = append(ids, id)
+	}
+	clear(h.dirty)
+	return ids
+}

@@ -1,0 +1,195 @@
+// Package solo runs a hub and an in-process agent for this machine in one
+// process: the embedded default. The agent syncs through a function call
+// instead of HTTPS, and runs exactly the code a networked agent runs.
+package solo
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"einsora.dev/edge/agent"
+	"einsora.dev/edge/clock"
+	"einsora.dev/edge/drivers"
+	"einsora.dev/edge/drivers/sim"
+	"einsora.dev/edge/hub"
+	"einsora.dev/edge/hub/store/sqlite"
+	"einsora.dev/edge/hubclient"
+	"einsora.dev/edge/inventory"
+	"einsora.dev/edge/protocol"
+)
+
+// Owner and region of the solo machine.
+const (
+	Tenant = "local"
+	Region = "local"
+)
+
+// Options configures Run.
+type Options struct {
+	DataDir   string
+	AdminAddr string
+	// Drivers is "sim", "docker" or "auto".
+	Drivers string
+	Logger  *slog.Logger
+	Version string
+	// Ready, if set, is called with the admin API's URL once it listens.
+	Ready func(adminURL string)
+	// Hub tunes the hub; Store and Logger are set by Run.
+	Hub hub.Config
+	// Agent tunes the agent; StateDir, Transport, Drivers and Logger are
+	// set by Run.
+	Agent agent.Config
+}
+
+// AdminTokenFile is the file in the data directory that holds the admin
+// token.
+const AdminTokenFile = "admin-token"
+
+// Run runs hub and agent until ctx is done.
+func Run(ctx context.Context, opts Options) error {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+		return fmt.Errorf("solo: data dir: %w", err)
+	}
+	token, err := LoadOrCreateToken(opts.DataDir)
+	if err != nil {
+		return fmt.Errorf("solo: %w", err)
+	}
+	clk := opts.Hub.Clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+
+	// The agent first: its lock says whether another solo already runs
+	// on this data directory, before anything else is touched.
+	host, closeDrivers, err := buildDrivers(ctx, opts.Drivers, filepath.Join(opts.DataDir, "agent"), clk, log)
+	if err != nil {
+		return fmt.Errorf("solo: %w", err)
+	}
+	defer closeDrivers()
+	var h *hub.Hub
+	var machineID string
+	acfg := opts.Agent
+	acfg.StateDir = filepath.Join(opts.DataDir, "agent")
+	acfg.Drivers = host
+	acfg.Logger = log
+	acfg.Version = opts.Version
+	if acfg.Clock == nil {
+		acfg.Clock = clk
+	}
+	if acfg.Inventory == nil {
+		prober := inventory.New(inventory.Options{Logger: log})
+		acfg.Inventory = prober.Probe
+	}
+	acfg.Transport = hubclient.Func(func(ctx context.Context, req *protocol.SyncRequest) (*protocol.SyncResponse, error) {
+		return h.Sync(ctx, machineID, req)
+	})
+	ag, err := agent.Open(acfg)
+	if err != nil {
+		return fmt.Errorf("solo: %w", err)
+	}
+	defer ag.Close()
+	machineID = ag.MachineID()
+
+	st, err := sqlite.Open(ctx, filepath.Join(opts.DataDir, "hub.db"))
+	if err != nil {
+		return fmt.Errorf("solo: %w", err)
+	}
+	defer st.Close()
+	hcfg := opts.Hub
+	hcfg.Store, hcfg.Logger, hcfg.Clock = st, log, clk
+	h, err = hub.New(ctx, hcfg)
+	if err != nil {
+		return fmt.Errorf("solo: %w", err)
+	}
+	if err := h.EnsureTenant(ctx, Tenant); err != nil {
+		return fmt.Errorf("solo: %w", err)
+	}
+	hostname, _ := os.Hostname()
+	if err := h.RegisterMachine(ctx, machineID, hostname, Tenant, Region); err != nil {
+		return fmt.Errorf("solo: %w", err)
+	}
+
+	ln, err := net.Listen("tcp", opts.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("solo: admin API: %w (is another hub running? pick another with --admin)", err)
+	}
+	srv := &http.Server{Handler: h.AdminHandler(token), ReadHeaderTimeout: 10 * time.Second}
+	adminURL := "http://" + ln.Addr().String()
+	log.Info("solo hub running", "admin", adminURL, "data", opts.DataDir, "machine", machineID, "drivers", host.Names())
+	if opts.Ready != nil {
+		opts.Ready(adminURL)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	wg.Go(func() { errs <- h.Run(runCtx) })
+	wg.Go(func() { errs <- ag.Run(runCtx) })
+	wg.Go(func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("admin API: %w", err)
+			cancel()
+		}
+	})
+	<-runCtx.Done()
+	shutdownCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	srv.Shutdown(shutdownCtx)
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	log.Info("solo hub stopped")
+	return errors.Join(all...)
+}
+
+func buildDrivers(ctx context.Context, which, stateDir string, clk clock.Clock, log *slog.Logger) (*drivers.Host, func(), error) {
+	simDriver, err := sim.New(filepath.Join(stateDir, "sim"), clk)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch which {
+	case "", "sim":
+		return drivers.NewHost(simDriver), func() { simDriver.Close() }, nil
+	}
+	return nil, nil, fmt.Errorf("drivers %q: want sim, docker or auto", which)
+}
+
+// LoadOrCreateToken reads the admin token from dir, making one the first
+// time (mode 0600: whoever can read it administers the hub).
+func LoadOrCreateToken(dir string) (string, error) {
+	path := filepath.Join(dir, AdminTokenFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("admin token: %w", err)
+	}
+	var raw [32]byte
+	rand.Read(raw[:])
+	token := hex.EncodeToString(raw[:])
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("admin token: %w", err)
+	}
+	return token, nil
+}

@@ -1,0 +1,275 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/protocol"
+)
+
+// Errors Sync returns; the HTTP layer maps them to status codes.
+var (
+	ErrUnknownMachine = errors.New("unknown machine")
+	ErrBadRequest     = errors.New("bad request")
+)
+
+// polls holds the waiting long polls, one wake channel per machine. Waking
+// closes the channel, so every poll waiting on it answers.
+type polls struct {
+	// mu guards the following fields.
+	mu      sync.Mutex
+	waiting map[string]*poll
+}
+
+type poll struct {
+	wake    chan struct{}
+	waiters int
+}
+
+// wait returns the machine's wake channel and a release func to call when
+// the poll stops waiting.
+func (p *polls) wait(machineID string) (<-chan struct{}, func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := p.waiting[machineID]
+	if w == nil {
+		w = &poll{wake: make(chan struct{})}
+		p.waiting[machineID] = w
+	}
+	w.waiters++
+	return w.wake, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		w.waiters--
+		if w.waiters == 0 && p.waiting[machineID] == w {
+			delete(p.waiting, machineID)
+		}
+	}
+}
+
+// wake answers every poll waiting for machineID.
+func (p *polls) wake(machineID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w := p.waiting[machineID]; w != nil {
+		close(w.wake)
+		delete(p.waiting, machineID)
+	}
+}
+
+// connected reports whether a poll of machineID is waiting now.
+func (p *polls) connected(machineID string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.waiting[machineID] != nil
+}
+
+// Wake answers machineID's waiting long poll at once, so its agent fetches
+// its desired state. It is all that Backend.Run, Park and Delete do.
+func (h *Hub) Wake(machineID string) { h.polls.wake(machineID) }
+
+// Sync is the one call of the agent protocol, for the machine machineID
+// (named by its client certificate, or the in-process agent's ID). It
+// records the report, then answers with the machine's complete desired state
+// at once when the agent's generation is behind, or holds the call until the
+// machine is woken or the poll timeout passes.
+func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequest) (*protocol.SyncResponse, error) {
+	if err := checkRequest(req); err != nil {
+		return nil, fmt.Errorf("sync %s: %w: %w", machineID, ErrBadRequest, err)
+	}
+	// Wait before reading the generation, so a wake between the read and
+	// the wait is not lost.
+	wake, release := h.polls.wait(machineID)
+	defer release()
+	gen, err := h.record(ctx, machineID, req)
+	if err != nil {
+		return nil, err
+	}
+	h.markDirty(machineID)
+	if req.StoreID == h.store.ID() && req.Generation == gen {
+		t := h.clk.NewTimer(h.cfg.PollTimeout)
+		select {
+		case <-wake:
+			t.Stop()
+		case <-t.C():
+			return &protocol.SyncResponse{StoreID: h.store.ID(), Generation: gen, Unchanged: true, HubTime: h.clk.Now()}, nil
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+	return h.Desired(ctx, machineID)
+}
+
+// checkRequest refuses what no honest agent sends. Bounds on text are
+// applied later, by truncation, since they decide nothing.
+func checkRequest(req *protocol.SyncRequest) error {
+	if req == nil {
+		return errors.New("empty request")
+	}
+	if req.ProtocolVersion != protocol.Version {
+		return fmt.Errorf("protocol version %d, want %d", req.ProtocolVersion, protocol.Version)
+	}
+	if req.Generation < 0 || req.AppliedGeneration < 0 {
+		return errors.New("negative generation")
+	}
+	if len(req.Statuses) > protocol.MaxStatuses {
+		return fmt.Errorf("%d statuses, at most %d", len(req.Statuses), protocol.MaxStatuses)
+	}
+	for _, s := range req.Statuses {
+		if s.Workload == "" || len(s.Workload) > protocol.MaxIDLength {
+			return fmt.Errorf("status with workload ID of %d bytes", len(s.Workload))
+		}
+		if s.Mode != "" && !s.Mode.Valid() {
+			return fmt.Errorf("status of %s: unknown mode", s.Workload)
+		}
+	}
+	return nil
+}
+
+// record saves what the agent reported and returns the machine's current
+// generation.
+func (h *Hub) record(ctx context.Context, machineID string, req *protocol.SyncRequest) (int64, error) {
+	now := h.clk.Now()
+	var gen int64
+	err := h.store.Update(ctx, func(tx store.Tx) error {
+		m, err := tx.Machine(machineID)
+		if errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("sync %s: %w", machineID, ErrUnknownMachine)
+		}
+		if err != nil {
+			return err
+		}
+		if m.Revoked {
+			return fmt.Errorf("sync %s: machine revoked: %w", machineID, ErrUnknownMachine)
+		}
+		gen = m.Generation
+		m.LastSync = now
+		m.ReportedGeneration = req.Generation
+		m.AppliedGeneration = req.AppliedGeneration
+		m.AgentVersion = bound(req.AgentVersion, protocol.MaxVersionLen)
+		m.BootID = bound(req.BootID, protocol.MaxIDLength)
+		m.AgentStarted = req.AgentStarted
+		if req.Inventory != nil {
+			h.acceptInventory(&m, req.Inventory)
+		}
+		if req.PreviousStoreID != "" {
+			h.log.Warn("agent reports that it saw the store change and kept what it held",
+				"machine", machineID, "previous_store", bound(req.PreviousStoreID, protocol.MaxIDLength))
+		}
+		if err := tx.PutMachine(m); err != nil {
+			return err
+		}
+		for _, s := range req.Statuses {
+			s.Detail = bound(s.Detail, protocol.MaxDetail)
+			if err := tx.PutStatus(store.StatusRecord{Machine: machineID, Status: s, At: now}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return gen, err
+}
+
+// acceptInventory stores inv on m if it fits the machine, and logs it if
+// not: a lying inventory changes nothing.
+func (h *Hub) acceptInventory(m *store.Machine, inv *protocol.Inventory) {
+	if err := h.checkInventory(m, inv); err != nil {
+		h.log.Warn("inventory rejected", "machine", m.ID, "err", err)
+		return
+	}
+	if m.OS == "" {
+		m.OS, m.Arch = inv.OS, inv.Arch
+	}
+	m.Inventory = inv
+}
+
+// Desired computes the machine's complete desired state from the store.
+func (h *Hub) Desired(ctx context.Context, machineID string) (*protocol.SyncResponse, error) {
+	resp := &protocol.SyncResponse{StoreID: h.store.ID(), Workloads: []protocol.DesiredWorkload{}}
+	err := h.store.View(ctx, func(tx store.Tx) error {
+		m, err := tx.Machine(machineID)
+		if err != nil {
+			return err
+		}
+		resp.Generation = m.Generation
+		ws, err := tx.Workloads(store.WorkloadFilter{Machine: machineID})
+		if err != nil {
+			return err
+		}
+		classes, err := classMap(tx)
+		if err != nil {
+			return err
+		}
+		for _, w := range ws {
+			mode, listed := modeOf(w)
+			if !listed {
+				continue
+			}
+			c := classes[w.Class]
+			resp.Workloads = append(resp.Workloads, protocol.DesiredWorkload{
+				ID: w.ID, Attempt: w.Attempt, Mode: mode, Kind: w.Kind, Driver: w.Driver,
+				Isolation: h.drivers[w.Driver].Isolation, Image: w.Image,
+				Resources: protocol.Resources{CPUs: c.CPUs, MemoryMB: c.MemoryMB, Devices: w.Devices},
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("desired state of %s: %w", machineID, err)
+	}
+	resp.HubTime = h.clk.Now()
+	return resp, nil
+}
+
+func classMap(tx store.Tx) (map[string]store.Class, error) {
+	cs, err := tx.Classes()
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]store.Class, len(cs))
+	for _, c := range cs {
+		m[c.Name] = c
+	}
+	return m, nil
+}
+
+// modeOf is ADR-0016's mapping of a workload's state to its mode on its
+// machine. listed is false for a workload the machine no longer holds.
+func modeOf(w store.Workload) (mode protocol.Mode, listed bool) {
+	if w.Machine == "" {
+		return "", false
+	}
+	switch w.State {
+	case store.StateProvisioning, store.StateRunning:
+		return protocol.ModeRun, true
+	case store.StateDeleting:
+		return protocol.ModeRemove, true
+	}
+	// pending, queued, stopping, stopped, failed: parked, keeping the disk,
+	// except endpoints, which keep nothing.
+	if w.Kind == protocol.KindEndpoint {
+		return protocol.ModeRemove, true
+	}
+	return protocol.ModePark, true
+}
+
+// bound cuts reported text to n bytes of valid UTF-8 without control
+// characters: it is stored for operators and never shown to users.
+func bound(s string, n int) string {
+	if len(s) > n {
+		s = s[:n]
+	}
+	s = strings.ToValidUTF8(s, "")
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return -1
+		}
+		return r
+	}, s)
+}
