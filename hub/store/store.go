@@ -69,6 +69,41 @@ type Tx interface {
 
 	AddTimeline(e TimelineEntry) error
 	Timeline(workloadID string) ([]TimelineEntry, error)
+
+	// CreateToken stores an enrolment token by its hash.
+	CreateToken(t Token) error
+	// UseToken marks the token with this hash used and returns it. It
+	// returns ErrNotFound for an unknown hash and ErrUsed for a token used
+	// before; expiry is the caller's to check.
+	UseToken(hash string, at time.Time) (Token, error)
+
+	// Lease returns the named lease; ErrNotFound if it was never taken.
+	Lease(name string) (Lease, error)
+	// PutLease writes the named lease.
+	PutLease(l Lease) error
+}
+
+// ErrUsed is returned for a single-use token used before.
+var ErrUsed = errors.New("already used")
+
+// Token is an enrolment token, stored by the hash of its secret. It fixes
+// the owner and region of the machine that enrols with it.
+type Token struct {
+	Hash    string
+	Owner   string
+	Region  string
+	Created time.Time
+	Expires time.Time
+	Used    time.Time
+}
+
+// Lease is a named lease, e.g. controller:<region>. Epoch grows each time
+// another holder takes it; writes fenced by a lease check the epoch.
+type Lease struct {
+	Name    string
+	Holder  string
+	Epoch   int64
+	Expires time.Time
 }
 
 // Tenant owns machines and workloads.

@@ -31,6 +31,9 @@ var migrations = []string{
 		PRIMARY KEY (machine, workload));
 	CREATE TABLE timeline (seq {{serial}}, workload TEXT NOT NULL, at BIGINT NOT NULL, text TEXT NOT NULL);
 	CREATE INDEX timeline_workload ON timeline (workload, seq);`,
+	`CREATE TABLE tokens (hash TEXT PRIMARY KEY, owner TEXT NOT NULL, region TEXT NOT NULL, created BIGINT NOT NULL,
+		expires BIGINT NOT NULL, used BIGINT NOT NULL);
+	CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, epoch BIGINT NOT NULL, expires BIGINT NOT NULL);`,
 }
 
 func (s *Store) migrate(ctx context.Context) error {

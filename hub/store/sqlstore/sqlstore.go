@@ -467,3 +467,55 @@ func (t *tx) Timeline(workloadID string) ([]store.TimelineEntry, error) {
 	}
 	return out, rows.Err()
 }
+
+func (t *tx) CreateToken(tk store.Token) error {
+	_, err := t.exec(`INSERT INTO tokens (hash, owner, region, created, expires, used) VALUES (?, ?, ?, ?, ?, ?)`,
+		tk.Hash, tk.Owner, tk.Region, ts(tk.Created), ts(tk.Expires), ts(tk.Used))
+	if t.s.d.IsConflict(err) {
+		return fmt.Errorf("token: %w", store.ErrExists)
+	}
+	return err
+}
+
+func (t *tx) UseToken(hash string, at time.Time) (store.Token, error) {
+	var tk store.Token
+	var created, expires, used int64
+	err := t.queryRow(`SELECT hash, owner, region, created, expires, used FROM tokens WHERE hash = ?`, hash).
+		Scan(&tk.Hash, &tk.Owner, &tk.Region, &created, &expires, &used)
+	if err != nil {
+		return tk, notFound("token", "…", err)
+	}
+	tk.Created, tk.Expires, tk.Used = fromTS(created), fromTS(expires), fromTS(used)
+	if used != 0 {
+		return tk, fmt.Errorf("token: %w", store.ErrUsed)
+	}
+	// The used = 0 guard makes two concurrent uses impossible even where
+	// the transaction does not lock the row.
+	res, err := t.exec(`UPDATE tokens SET used = ? WHERE hash = ? AND used = 0`, ts(at), hash)
+	if err != nil {
+		return tk, err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return tk, fmt.Errorf("token: %w", store.ErrUsed)
+	}
+	tk.Used = at
+	return tk, nil
+}
+
+func (t *tx) Lease(name string) (store.Lease, error) {
+	var l store.Lease
+	var expires int64
+	err := t.queryRow(`SELECT name, holder, epoch, expires FROM leases WHERE name = ?`, name).Scan(&l.Name, &l.Holder, &l.Epoch, &expires)
+	if err != nil {
+		return l, notFound("lease", name, err)
+	}
+	l.Expires = fromTS(expires)
+	return l, nil
+}
+
+func (t *tx) PutLease(l store.Lease) error {
+	_, err := t.exec(`INSERT INTO leases (name, holder, epoch, expires) VALUES (?, ?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = excluded.epoch, expires = excluded.expires`,
+		l.Name, l.Holder, l.Epoch, ts(l.Expires))
+	return err
+}

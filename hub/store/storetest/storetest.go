@@ -29,6 +29,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("statuses", func(t *testing.T) { testStatuses(t, open(t)) })
 	t.Run("timeline_in_order", func(t *testing.T) { testTimeline(t, open(t)) })
 	t.Run("failed_update_rolls_back", func(t *testing.T) { testRollback(t, open(t)) })
+	t.Run("tokens_are_single_use", func(t *testing.T) { testTokens(t, open(t)) })
+	t.Run("leases", func(t *testing.T) { testLeases(t, open(t)) })
 }
 
 var at = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
@@ -205,6 +207,42 @@ func testRollback(t *testing.T, s store.Store) {
 	view(t, s, func(tx store.Tx) error {
 		if _, err := tx.Tenant("ghost"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("rolled-back tenant: got %v, want ErrNotFound", err)
+		}
+		return nil
+	})
+}
+
+func testTokens(t *testing.T, s store.Store) {
+	tk := store.Token{Hash: "h1", Owner: "acme", Region: "eu", Created: at, Expires: at.Add(time.Hour)}
+	update(t, s, func(tx store.Tx) error { return tx.CreateToken(tk) })
+	var got store.Token
+	update(t, s, func(tx store.Tx) (err error) { got, err = tx.UseToken("h1", at.Add(time.Minute)); return err })
+	if got.Owner != "acme" || got.Region != "eu" || !got.Expires.Equal(tk.Expires) {
+		t.Errorf("got %+v", got)
+	}
+	err := s.Update(context.Background(), func(tx store.Tx) error { _, err := tx.UseToken("h1", at); return err })
+	if !errors.Is(err, store.ErrUsed) {
+		t.Errorf("second use: got %v, want ErrUsed", err)
+	}
+	err = s.Update(context.Background(), func(tx store.Tx) error { _, err := tx.UseToken("nope", at); return err })
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("unknown token: got %v, want ErrNotFound", err)
+	}
+}
+
+func testLeases(t *testing.T, s store.Store) {
+	err := s.View(context.Background(), func(tx store.Tx) error { _, err := tx.Lease("controller:eu"); return err })
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("untaken lease: got %v, want ErrNotFound", err)
+	}
+	l := store.Lease{Name: "controller:eu", Holder: "hub-a", Epoch: 1, Expires: at}
+	update(t, s, func(tx store.Tx) error { return tx.PutLease(l) })
+	l.Holder, l.Epoch = "hub-b", 2
+	update(t, s, func(tx store.Tx) error { return tx.PutLease(l) })
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Lease("controller:eu")
+		if err != nil || got.Holder != "hub-b" || got.Epoch != 2 || !got.Expires.Equal(at) {
+			t.Errorf("got %+v, %v", got, err)
 		}
 		return nil
 	})
