@@ -1,0 +1,93 @@
+package hub
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+
+	"einsora.dev/edge/clock"
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/hub/store/sqlite"
+	"einsora.dev/edge/protocol"
+)
+
+func benchHub(b *testing.B, workloads int) (*Hub, *protocol.SyncResponse) {
+	b.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "hub.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	h, err := New(context.Background(), Config{Store: st, Clock: clock.Real{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	h.EnsureTenant(ctx, "local")
+	h.RegisterMachine(ctx, "m-1", "m-1", "local", "local")
+	inv := &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 256, MemoryMB: 1 << 20, Drivers: []string{"sim"}}
+	if _, err := h.Sync(ctx, "m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version, Inventory: inv}); err != nil {
+		b.Fatal(err)
+	}
+	for i := range workloads {
+		if _, err := h.CreateWorkload(ctx, WorkloadSpec{Tenant: "local", Name: "w" + string(rune('a'+i%26)), Kind: protocol.KindContainer, Class: "cpu-1", Region: "local"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := h.Pass(ctx); err != nil {
+		b.Fatal(err)
+	}
+	d, err := h.Desired(ctx, "m-1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return h, d
+}
+
+// BenchmarkSyncChangeDelivered measures a change reaching a waiting agent:
+// from the generation bump and wake to the desired state in the agent's
+// hands, with ten workloads on the machine.
+func BenchmarkSyncChangeDelivered(b *testing.B) {
+	h, d := benchHub(b, 10)
+	ctx := context.Background()
+	gen := d.Generation
+	for b.Loop() {
+		b.StopTimer()
+		got := make(chan *protocol.SyncResponse, 1)
+		go func() {
+			resp, err := h.Sync(ctx, "m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version, StoreID: d.StoreID, Generation: gen})
+			if err != nil {
+				b.Error(err)
+			}
+			got <- resp
+		}()
+		for !h.polls.connected("m-1") {
+		}
+		b.StartTimer()
+		h.store.Update(ctx, func(tx store.Tx) (err error) { gen, err = tx.BumpGeneration("m-1"); return err })
+		h.Wake("m-1")
+		resp := <-got
+		if resp.Generation != gen || len(resp.Workloads) != 10 {
+			b.Fatalf("got generation %d with %d workloads", resp.Generation, len(resp.Workloads))
+		}
+	}
+}
+
+// BenchmarkSyncReport measures one sync that records a report of ten
+// statuses and answers at once with ten workloads: the hub's cost of one
+// agent round trip.
+func BenchmarkSyncReport(b *testing.B) {
+	h, d := benchHub(b, 10)
+	ctx := context.Background()
+	req := &protocol.SyncRequest{ProtocolVersion: protocol.Version, Generation: d.Generation}
+	for _, w := range d.Workloads {
+		req.Statuses = append(req.Statuses, protocol.Status{Workload: w.ID, Attempt: w.Attempt, Mode: w.Mode, Generation: d.Generation, Code: protocol.CodeRunning})
+	}
+	for b.Loop() {
+		if _, err := h.Sync(ctx, "m-1", req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
