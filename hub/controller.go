@@ -51,8 +51,15 @@ func (h *Hub) observe(ctx context.Context) error {
 		var wakes []string
 		err := h.store.Update(ctx, func(tx store.Tx) error {
 			wakes = wakes[:0]
+			if err := h.fence(tx); err != nil {
+				return err
+			}
 			return h.observeMachine(tx, id, &wakes)
 		})
+		if errors.Is(err, ErrNotLeader) {
+			h.markDirty(id) // for whoever leads next in this process
+			return err
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("observe %s: %w", id, err))
 			continue
@@ -63,6 +70,15 @@ func (h *Hub) observe(ctx context.Context) error {
 }
 
 func (h *Hub) observeMachine(tx store.Tx, machineID string, wakes *[]string) error {
+	m, err := tx.Machine(machineID)
+	if err != nil {
+		return err
+	}
+	// Another region's controller observes it; an offline machine's
+	// statuses decide nothing.
+	if m.Region != h.cfg.Region || !h.online(m) {
+		return nil
+	}
 	statuses, err := tx.Statuses(machineID)
 	if err != nil {
 		return err
@@ -77,10 +93,16 @@ func (h *Hub) observeMachine(tx store.Tx, machineID string, wakes *[]string) err
 	}
 	for _, w := range ws {
 		s, ok := byWorkload[w.ID]
+		if !ok && w.State == store.StateProvisioning && m.AppliedGeneration >= w.ModeGeneration {
+			// Its agent applied the desired state that lists it and says
+			// nothing of it: run it again, under the same attempt.
+			*wakes = append(*wakes, m.ID)
+			continue
+		}
 		if !ok || !answers(w, s.Status) {
 			continue
 		}
-		if err := h.apply(tx, &w, s.Status, wakes); err != nil {
+		if err := h.apply(tx, &w, s, wakes); err != nil {
 			return fmt.Errorf("workload %s: %w", w.ID, err)
 		}
 	}
@@ -97,18 +119,17 @@ func answers(w store.Workload, s protocol.Status) bool {
 
 // apply is the observe step's transition table: the workload's state and
 // what its machine reported decide its next state.
-func (h *Hub) apply(tx store.Tx, w *store.Workload, s protocol.Status, wakes *[]string) error {
-	now := h.clk.Now()
+func (h *Hub) apply(tx store.Tx, w *store.Workload, rec store.StatusRecord, wakes *[]string) error {
+	s := rec.Status
 	switch w.State {
 	case store.StateProvisioning, store.StateRunning:
 		switch {
 		case s.Code == protocol.CodeRunning && w.State == store.StateProvisioning:
 			return h.move(tx, w, store.StateRunning, "", "running on machine "+w.Machine, wakes)
-		case s.Code == protocol.CodeProgressing || s.Code == protocol.CodeStarting || s.Code == protocol.CodeWaitingGPU:
-			if s.Code == protocol.CodeProgressing || w.Progress.IsZero() {
-				w.Progress = now
-				return tx.PutWorkload(*w)
-			}
+		case s.Code == protocol.CodeProgressing && rec.At.After(w.Progress):
+			// New progress extends the provisioning timeout.
+			w.Progress = rec.At
+			return tx.PutWorkload(*w)
 		case failure(s.Code):
 			r := reason(s)
 			return h.move(tx, w, store.StateFailed, r, "failed: "+r, wakes)
@@ -155,9 +176,16 @@ func (h *Hub) admit(ctx context.Context) error {
 	var wakes []string
 	err := h.store.Update(ctx, func(tx store.Tx) error {
 		wakes = wakes[:0]
-		waiting, err := tx.Workloads(store.WorkloadFilter{States: []store.State{store.StatePending, store.StateQueued}})
-		if err != nil || len(waiting) == 0 {
+		if err := h.fence(tx); err != nil {
 			return err
+		}
+		waiting, err := tx.Workloads(store.WorkloadFilter{States: []store.State{store.StatePending, store.StateQueued}})
+		if err != nil {
+			return err
+		}
+		waiting = slices.DeleteFunc(waiting, func(w store.Workload) bool { return w.Region != h.cfg.Region })
+		if len(waiting) == 0 {
+			return nil
 		}
 		ms, err := tx.Machines()
 		if err != nil {
@@ -177,10 +205,10 @@ func (h *Hub) admit(ctx context.Context) error {
 		}
 		return nil
 	})
-	h.wakeAll(wakes)
 	if err != nil {
 		return fmt.Errorf("admit: %w", err)
 	}
+	h.wakeAll(wakes)
 	return nil
 }
 

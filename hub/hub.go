@@ -5,9 +5,11 @@ package hub
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -29,15 +31,30 @@ type Config struct {
 	// ControllerInterval is how often the controller passes when nothing
 	// wakes it.
 	ControllerInterval time.Duration
+	// OfflineFailAfter is how long a machine may be silent before its
+	// running workloads fail and its stopping ones are stopped.
+	OfflineFailAfter time.Duration
+	// ProvisioningTimeout is how long a workload may provision without
+	// progress before it fails.
+	ProvisioningTimeout time.Duration
+	// Region is the region whose controller this hub may be; "" is "local".
+	Region string
+	// HolderID names this hub process in the region's lease; "" makes one.
+	HolderID string
+	// LeaseTTL is how long a lease lasts unless renewed.
+	LeaseTTL time.Duration
 	// Drivers is the hub's driver table; nil means placement.DefaultDrivers.
 	Drivers []placement.Driver
 }
 
 // Defaults from ADR-0016 and the issues that refine it.
 const (
-	DefaultPollTimeout        = 25 * time.Second
-	DefaultOfflineAfter       = 45 * time.Second
-	DefaultControllerInterval = 2 * time.Second
+	DefaultPollTimeout         = 25 * time.Second
+	DefaultOfflineAfter        = 45 * time.Second
+	DefaultOfflineFailAfter    = 10 * time.Minute
+	DefaultProvisioningTimeout = 15 * time.Minute
+	DefaultControllerInterval  = 2 * time.Second
+	DefaultLeaseTTL            = 15 * time.Second
 )
 
 // Hub is one hub process's view of the store.
@@ -60,6 +77,10 @@ type Hub struct {
 	// controller goroutine touches settled.
 	started time.Time
 	settled bool
+	// silent is set while every machine is silent, so it is logged once.
+	silent bool
+
+	lead leadership
 }
 
 // New returns a hub over cfg.Store, seeding the default classes into a new
@@ -83,6 +104,24 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 	if cfg.ControllerInterval <= 0 {
 		cfg.ControllerInterval = DefaultControllerInterval
 	}
+	if cfg.OfflineFailAfter <= 0 {
+		cfg.OfflineFailAfter = DefaultOfflineFailAfter
+	}
+	if cfg.ProvisioningTimeout <= 0 {
+		cfg.ProvisioningTimeout = DefaultProvisioningTimeout
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.Region == "" {
+		cfg.Region = "local"
+	}
+	if cfg.HolderID == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		rand.Read(b[:])
+		cfg.HolderID = fmt.Sprintf("%s/%d/%x", host, os.Getpid(), b)
+	}
 	if cfg.Drivers == nil {
 		cfg.Drivers = placement.DefaultDrivers
 	}
@@ -96,6 +135,7 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 		kick:    make(chan struct{}, 1),
 		dirty:   make(map[string]bool),
 		started: cfg.Clock.Now(),
+		lead:    leadership{changed: make(chan struct{})},
 	}
 	if err := h.seedClasses(ctx); err != nil {
 		return nil, err
@@ -124,13 +164,17 @@ func (h *Hub) seedClasses(ctx context.Context) error {
 	})
 }
 
-// Run runs the controller until ctx is done: it observes what agents
-// report and admits workloads, whenever a sync or an admin change wakes it
-// and at least every ControllerInterval.
+// Run runs the region's controller until ctx is done: while it holds the
+// lease controller:<region>, it observes what agents report, admits
+// workloads, and fails what is stuck, whenever a sync or an admin change
+// wakes it and at least every ControllerInterval; otherwise it stands by,
+// trying for the lease.
 func (h *Hub) Run(ctx context.Context) error {
 	h.markAllDirty(ctx)
 	t := h.clk.NewTimer(0)
 	defer t.Stop()
+	defer h.setEpoch(0)
+	renewed := time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -138,17 +182,37 @@ func (h *Hub) Run(ctx context.Context) error {
 		case <-h.kick:
 		case <-t.C():
 		}
-		if err := h.Pass(ctx); err != nil && ctx.Err() == nil {
-			h.log.Error("controller pass failed", "err", err)
+		// Renew at a third of the lease's life, so two renewals can fail
+		// before it lapses.
+		if h.clk.Now().Sub(renewed) >= h.cfg.LeaseTTL/3 || h.leaderEpoch() == 0 {
+			if h.lease(ctx) {
+				renewed = h.clk.Now()
+			}
 		}
-		t.Reset(h.cfg.ControllerInterval)
+		if h.leaderEpoch() != 0 {
+			if err := h.pass(ctx); err != nil && ctx.Err() == nil {
+				h.log.Error("controller pass failed", "err", err)
+				if errors.Is(err, ErrNotLeader) {
+					h.setEpoch(0)
+					h.log.Warn("stepped down: a controller write was refused", "lease", h.leaseName())
+				}
+			}
+		}
+		t.Reset(min(h.cfg.ControllerInterval, h.cfg.LeaseTTL/3))
 	}
 }
 
-// Pass runs one controller pass: observe, then admit. Tests call it
-// directly instead of Run.
+// Pass takes or renews the region's lease and, if it leads, runs one
+// controller pass. Tests call it directly instead of Run.
 func (h *Hub) Pass(ctx context.Context) error {
-	return errors.Join(h.observe(ctx), h.admit(ctx))
+	if !h.lease(ctx) {
+		return ErrNotLeader
+	}
+	return h.pass(ctx)
+}
+
+func (h *Hub) pass(ctx context.Context) error {
+	return errors.Join(h.observe(ctx), h.admit(ctx), h.sweep(ctx))
 }
 
 func (h *Hub) wakeController() {

@@ -9,9 +9,13 @@ import (
 // checkInventory applies the trust rules to a reported inventory: it must
 // fit the machine as registered, and it is bounded before it is stored.
 func (h *Hub) checkInventory(m *store.Machine, inv *protocol.Inventory) error {
-	trust.Sanitize(inv)
-	return trust.CheckInventory(m.OS, m.Arch, inv, func(name string) (string, bool) {
+	err := trust.CheckInventory(m.OS, m.Arch, inv, func(name string) (string, bool) {
 		d, ok := h.drivers[name]
 		return d.OS, ok
 	})
+	if err != nil {
+		return err
+	}
+	trust.Sanitize(inv)
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"einsora.dev/edge/hub/store"
@@ -149,12 +150,19 @@ func (h *Hub) record(ctx context.Context, machineID string, req *protocol.SyncRe
 			return fmt.Errorf("sync %s: machine revoked: %w", machineID, ErrUnknownMachine)
 		}
 		gen = m.Generation
+		if err := h.noteReturn(tx, m, req, now); err != nil {
+			return err
+		}
 		m.LastSync = now
 		m.ReportedGeneration = req.Generation
 		m.AppliedGeneration = req.AppliedGeneration
 		m.AgentVersion = bound(req.AgentVersion, protocol.MaxVersionLen)
-		m.BootID = bound(req.BootID, protocol.MaxIDLength)
-		m.AgentStarted = req.AgentStarted
+		if req.BootID != "" {
+			m.BootID = bound(req.BootID, protocol.MaxIDLength)
+		}
+		if !req.AgentStarted.IsZero() {
+			m.AgentStarted = req.AgentStarted
+		}
 		if req.Inventory != nil {
 			h.acceptInventory(&m, req.Inventory)
 		}
@@ -165,15 +173,71 @@ func (h *Hub) record(ctx context.Context, machineID string, req *protocol.SyncRe
 		if err := tx.PutMachine(m); err != nil {
 			return err
 		}
+		before, err := tx.Statuses(machineID)
+		if err != nil {
+			return err
+		}
+		since := make(map[string]store.StatusRecord, len(before))
+		for _, s := range before {
+			since[s.Workload] = s
+		}
 		for _, s := range req.Statuses {
 			s.Detail = bound(s.Detail, protocol.MaxDetail)
-			if err := tx.PutStatus(store.StatusRecord{Machine: machineID, Status: s, At: now}); err != nil {
+			rec := store.StatusRecord{Machine: machineID, Status: s, At: now}
+			// At is when the status took its present form: an agent
+			// repeats its statuses on every sync, and repeating
+			// "progressing" is not progress.
+			if old, ok := since[s.Workload]; ok && sameReport(old.Status, s) {
+				if old.Generation == s.Generation {
+					continue
+				}
+				rec.At = old.At
+			}
+			if err := tx.PutStatus(rec); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
 	return gen, err
+}
+
+// noteReturn writes on the timeline of a machine's workloads what happened
+// while the hub did not hear from it: a reboot (its workloads' processes are
+// gone), a restarted agent, or a partition (cut off, still running). The
+// boot ID and the agent's start time in each sync tell them apart.
+func (h *Hub) noteReturn(tx store.Tx, m store.Machine, req *protocol.SyncRequest, now time.Time) error {
+	if m.LastSync.IsZero() {
+		return nil
+	}
+	away := now.Sub(m.LastSync)
+	var text string
+	switch {
+	case m.BootID != "" && req.BootID != "" && m.BootID != bound(req.BootID, protocol.MaxIDLength):
+		text = fmt.Sprintf("machine %s rebooted (last heard %s before); what ran there was restarted or is gone", m.ID, away.Round(time.Second))
+	case !m.AgentStarted.IsZero() && !req.AgentStarted.Equal(m.AgentStarted):
+		text = fmt.Sprintf("the agent on machine %s restarted; the machine did not reboot", m.ID)
+	case away >= h.cfg.OfflineAfter:
+		text = fmt.Sprintf("machine %s was cut off for %s and is back; it did not reboot, so its workloads kept running", m.ID, away.Round(time.Second))
+	default:
+		return nil
+	}
+	h.log.Info(text)
+	ws, err := tx.Workloads(store.WorkloadFilter{Machine: m.ID})
+	if err != nil {
+		return err
+	}
+	for _, w := range ws {
+		if err := h.timeline(tx, w.ID, text); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sameReport(a, b protocol.Status) bool {
+	return a.Attempt == b.Attempt && a.Mode == b.Mode && a.Code == b.Code && a.Detail == b.Detail &&
+		(a.ExitCode == nil) == (b.ExitCode == nil) && (a.ExitCode == nil || *a.ExitCode == *b.ExitCode)
 }
 
 // acceptInventory stores inv on m if it fits the machine, and logs it if

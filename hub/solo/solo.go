@@ -140,7 +140,7 @@ func Run(ctx context.Context, opts Options) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	wg.Go(func() { errs <- h.Run(runCtx) })
-	wg.Go(func() { errs <- ag.Run(runCtx) })
+	wg.Go(func() { errs <- runWhileLeading(runCtx, h, ag, log) })
 	wg.Go(func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("admin API: %w", err)
@@ -159,6 +159,37 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	log.Info("solo hub stopped")
 	return errors.Join(all...)
+}
+
+// runWhileLeading runs the in-process agent only while this hub leads its
+// region: a hub that steps down stops its agent, so two hubs on one store
+// never run two agents for one machine.
+func runWhileLeading(ctx context.Context, h *hub.Hub, ag *agent.Agent, log *slog.Logger) error {
+	for {
+		leading, changed := h.Leadership()
+		if !leading {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-changed:
+				continue
+			}
+		}
+		agentCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- ag.Run(agentCtx) }()
+		select {
+		case <-ctx.Done():
+			stop()
+			return <-done
+		case <-changed:
+			stop()
+			if err := <-done; err != nil {
+				return err
+			}
+			log.Info("in-process agent paused: leadership changed")
+		}
+	}
 }
 
 func buildDrivers(ctx context.Context, which, stateDir string, clk clock.Clock, log *slog.Logger) (*drivers.Host, func(), error) {

@@ -1,0 +1,280 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/protocol"
+)
+
+// place creates a workload and runs it to running on whichever machine
+// placement picks; it returns the workload.
+func (h *testHub) running(name string) store.Workload {
+	h.t.Helper()
+	w := h.create(name, protocol.KindContainer)
+	h.pass()
+	w = h.workload(w.ID)
+	h.report(w.Machine, h.desired(w.Machine), status(w, protocol.ModeRun, protocol.CodeRunning))
+	return wantState(h.t, h, w.ID, store.StateRunning)
+}
+
+func other(m string) string {
+	if m == "m-1" {
+		return "m-2"
+	}
+	return "m-1"
+}
+
+// Rule 8: a machine silent for 45 s is not offered for placement.
+func TestRule8_SilentFor45sNotOfferedForPlacement(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		silent time.Duration
+		want   store.State
+	}{
+		{"silent_44s", 44 * time.Second, store.StateProvisioning},
+		{"silent_45s", 45 * time.Second, store.StateQueued},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newTestHub(t)
+			h.machine("m-1")
+			h.pass()
+			h.clk.Advance(tt.silent)
+			w := h.create("web", protocol.KindContainer)
+			h.pass()
+			got := wantState(t, h, w.ID, tt.want)
+			if tt.want == store.StateQueued && !strings.Contains(got.Reason, "online") {
+				t.Errorf("reason %q does not say why", got.Reason)
+			}
+		})
+	}
+}
+
+// Rule 8: after 10 minutes offline, running workloads fail and stopping
+// ones are stopped; not a moment before.
+func TestRule8_OfflineFor10MinutesFailsRunningStopsStopping(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		offline     time.Duration
+		wantRunning store.State
+		wantStop    store.State
+	}{
+		{"offline_9m59s", 10*time.Minute - time.Second, store.StateRunning, store.StateStopping},
+		{"offline_10m", 10 * time.Minute, store.StateFailed, store.StateStopped},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newTestHub(t)
+			h.machine("m-1")
+			h.machine("m-2")
+			a := h.running("a")
+			b := h.create("b", protocol.KindContainer)
+			h.pass()
+			b = h.workload(b.ID)
+			if b.Machine != a.Machine {
+				t.Skip("placement spread the two workloads; the test needs them together")
+			}
+			if err := h.ParkWorkload(context.Background(), b.ID); err != nil {
+				t.Fatal(err)
+			}
+			// The other machine keeps syncing, so the hub's network is fine.
+			for step := time.Duration(0); step < tt.offline; step += 20 * time.Second {
+				d := min(20*time.Second, tt.offline-step)
+				h.clk.Advance(d)
+				h.sync(other(a.Machine), &protocol.SyncRequest{})
+			}
+			h.pass()
+			got := wantState(t, h, a.ID, tt.wantRunning)
+			wantState(t, h, b.ID, tt.wantStop)
+			if tt.wantRunning == store.StateFailed && got.Reason != "its machine has been offline for 10 minutes" {
+				t.Errorf("reason %q", got.Reason)
+			}
+		})
+	}
+}
+
+// Rule 8: the hub's own downtime never counts against machines.
+func TestRule8_HubDown20MinutesThenRestartedFailsNothing(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	w := h.running("web")
+	h.st.Close()
+	h.clk.Advance(20 * time.Minute)
+
+	h2 := openTestHub(t, h.path, h.clk)
+	h2.clk.Advance(9 * time.Minute)
+	h2.pass()
+	wantState(t, h2, w.ID, store.StateRunning)
+	// The machine comes back: it reconciles; nothing ran twice.
+	d := h2.desired("m-1")
+	h2.report("m-1", d, status(w, protocol.ModeRun, protocol.CodeRunning))
+	h2.clk.Advance(5 * time.Minute)
+	h2.sync("m-1", &protocol.SyncRequest{})
+	h2.pass()
+	got := wantState(t, h2, w.ID, store.StateRunning)
+	if got.Attempt != 1 {
+		t.Errorf("attempt %d after the hub's restart, want 1", got.Attempt)
+	}
+}
+
+// Rule 8: every machine silent at once is the hub's network, not the fleet.
+func TestRule8_AllMachinesSilentFailsNothing(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	h.machine("m-2")
+	a := h.running("a")
+	h.clk.Advance(30 * time.Minute)
+	h.pass()
+	wantState(t, h, a.ID, store.StateRunning)
+	// One machine is heard again: the other's silence is its own.
+	h.sync(other(a.Machine), &protocol.SyncRequest{})
+	h.pass()
+	wantState(t, h, a.ID, store.StateFailed)
+}
+
+// Rule 11: a workload provisioning past its timeout fails; progress
+// extends it.
+func TestRule11_ProvisioningTimeoutExtendedByProgress(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	h.machine("m-2")
+	w := h.create("web", protocol.KindContainer)
+	h.pass()
+	w = h.workload(w.ID)
+	keepAlive := func(d time.Duration) {
+		for step := time.Duration(0); step < d; step += 30 * time.Second {
+			h.clk.Advance(min(30*time.Second, d-step))
+			h.sync("m-1", &protocol.SyncRequest{})
+			h.sync("m-2", &protocol.SyncRequest{})
+		}
+	}
+	keepAlive(14 * time.Minute)
+	h.report(w.Machine, h.desired(w.Machine), status(w, protocol.ModeRun, protocol.CodeProgressing))
+	keepAlive(14 * time.Minute)
+	h.pass()
+	wantState(t, h, w.ID, store.StateProvisioning)
+	keepAlive(time.Minute)
+	h.pass()
+	got := wantState(t, h, w.ID, store.StateFailed)
+	if got.Reason != "it did not start within 15m0s" {
+		t.Errorf("reason %q", got.Reason)
+	}
+}
+
+// Rule 9: one controller per region holds the lease, and a paused old
+// leader's writes are refused.
+func TestRule9_OneLeaderPerRegionAndStaleEpochRefused(t *testing.T) {
+	a := newTestHub(t)
+	a.machine("m-1")
+	b := openTestHub(t, a.path, a.clk)
+	ctx := context.Background()
+	if err := a.Pass(ctx); err != nil {
+		t.Fatalf("first hub: %v", err)
+	}
+	if err := b.Pass(ctx); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("second hub while the first leads: got %v, want ErrNotLeader", err)
+	}
+	if leading, _ := b.Leadership(); leading {
+		t.Fatal("standby claims to lead")
+	}
+
+	// The leader pauses past its lease; the standby takes over.
+	a.clk.Advance(DefaultLeaseTTL)
+	if err := b.Pass(ctx); err != nil {
+		t.Fatalf("standby after expiry: %v", err)
+	}
+	// The old leader wakes up still believing it leads: its writes fail.
+	w := b.create("web", protocol.KindContainer)
+	if err := a.Hub.pass(ctx); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("old leader's write: got %v, want ErrNotLeader", err)
+	}
+	wantState(t, b, w.ID, store.StatePending)
+	if err := b.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, b, w.ID, store.StateProvisioning)
+}
+
+func TestRule9_LeaderWhoseWritesFailStepsDown(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	if err := h.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	leading, changed := h.Leadership()
+	if !leading {
+		t.Fatal("not leading after a pass")
+	}
+	h.st.Close() // every write fails from here on
+	if err := h.Pass(context.Background()); err == nil {
+		t.Fatal("a pass on a closed store succeeded")
+	}
+	select {
+	case <-changed:
+	default:
+		t.Fatal("leadership did not change")
+	}
+	if leading, _ := h.Leadership(); leading {
+		t.Error("still leading after failed writes")
+	}
+}
+
+// Rule 10: lying reports are rejected or neutralised, with nothing else
+// changed.
+func TestRule10_LyingReportsChangeNothing(t *testing.T) {
+	appleGPU := protocol.GPU{Vendor: "apple", ID: "0", Cores: 10}
+	tests := []struct {
+		name string
+		inv  *protocol.Inventory
+	}{
+		{"darwin_from_a_linux_machine", &protocol.Inventory{OS: "darwin", Arch: "arm64", CPUs: 8, MemoryMB: 16384, AppleSilicon: true, Drivers: []string{"sim"}}},
+		{"apple_gpu_on_linux", &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 8, MemoryMB: 16384, GPUs: []protocol.GPU{appleGPU}, Drivers: []string{"sim"}}},
+		{"two_apple_gpus", &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 8, MemoryMB: 16384, GPUs: []protocol.GPU{appleGPU, {Vendor: "apple", ID: "1"}}, Drivers: []string{"sim"}}},
+		{"darwin_driver_on_linux", &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 8, MemoryMB: 16384, Drivers: []string{"sim", "macos-native"}}},
+		{"absurd_cpus", &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 1 << 20, MemoryMB: 16384, Drivers: []string{"sim"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newTestHub(t)
+			h.machine("m-1")
+			before, _ := h.Machine(context.Background(), "m-1")
+			h.sync("m-1", &protocol.SyncRequest{Inventory: tt.inv})
+			after, _ := h.Machine(context.Background(), "m-1")
+			if after.OS != "linux" || after.Inventory == nil || after.Inventory.CPUs != before.Inventory.CPUs ||
+				len(after.Inventory.GPUs) != 0 || len(after.Inventory.Drivers) != len(before.Inventory.Drivers) {
+				t.Errorf("a lying inventory was taken: %+v", after.Inventory)
+			}
+		})
+	}
+}
+
+func TestRebootAndPartitionToldApartOnTimeline(t *testing.T) {
+	started := epoch
+	for _, tt := range []struct {
+		name string
+		req  protocol.SyncRequest
+		want string
+	}{
+		{"rebooted", protocol.SyncRequest{BootID: "boot-2", AgentStarted: started.Add(time.Hour)}, "rebooted"},
+		{"cut_off", protocol.SyncRequest{BootID: "boot-1", AgentStarted: started}, "was cut off"},
+		{"agent_restarted", protocol.SyncRequest{BootID: "boot-1", AgentStarted: started.Add(time.Hour)}, "agent on machine m-1 restarted"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newTestHub(t)
+			h.machine("m-1")
+			h.sync("m-1", &protocol.SyncRequest{BootID: "boot-1", AgentStarted: started})
+			w := h.running("web")
+			h.clk.Advance(5 * time.Minute)
+			req := tt.req
+			h.sync("m-1", &req)
+			es, _ := h.Timeline(context.Background(), w.ID)
+			last := es[len(es)-1].Text
+			if !strings.Contains(last, tt.want) {
+				t.Errorf("timeline ends %q, want %q", last, tt.want)
+			}
+		})
+	}
+}
