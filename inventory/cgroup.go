@@ -46,7 +46,8 @@ func cgroupCPULimit(p *Prober) (int, error) {
 	if err != nil {
 		err = fmt.Errorf("read cgroup cpu limit: %w", err)
 	}
-	if math.IsInf(cpus, 1) {
+	if cpus >= 1<<16 {
+		// No quota, or one too large to mean anything.
 		return 0, err
 	}
 	// Rounded down: a workload asking for 2 CPUs does not fit in 1.5.

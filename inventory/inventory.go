@@ -147,7 +147,7 @@ func (p *Prober) Probe(ctx context.Context) protocol.Inventory {
 		}
 	}
 	canonicalize(&inv)
-	p.log.Debug("inventory probed", "took", time.Since(start), "gpus", len(inv.GPUs), "notes", len(inv.Notes))
+	p.log.Debug("inventory probed", "took", time.Since(start), "gpus", len(inv.GPUs), "notes", inv.Notes)
 	return inv
 }
 
