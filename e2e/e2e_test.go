@@ -51,7 +51,12 @@ type solo struct {
 
 func startSolo(t *testing.T, data string) *solo {
 	t.Helper()
-	cmd := exec.Command(bin("einsora-hub"), "solo", "--data", data, "--admin", "127.0.0.1:0", "--drivers", "sim")
+	return startSoloWith(t, data, "sim")
+}
+
+func startSoloWith(t *testing.T, data, drivers string) *solo {
+	t.Helper()
+	cmd := exec.Command(bin("einsora-hub"), "solo", "--data", data, "--admin", "127.0.0.1:0", "--drivers", drivers)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

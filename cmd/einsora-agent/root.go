@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -16,8 +16,6 @@ import (
 
 	"einsora.dev/edge/agent"
 	"einsora.dev/edge/clock"
-	"einsora.dev/edge/drivers"
-	"einsora.dev/edge/drivers/sim"
 	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/internal/cli"
 	"einsora.dev/edge/inventory"
@@ -49,10 +47,14 @@ func runCmd() *cobra.Command {
 		Args:  cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-			host, err := buildDrivers(driverList, stateDir)
+			host, closeDrivers, err := agent.BuildDrivers(cmd.Context(), driverList, stateDir, clock.Real{}, log)
+			if errors.Is(err, agent.ErrUnknownDriver) {
+				return &cli.UsageError{Err: err}
+			}
 			if err != nil {
 				return err
 			}
+			defer closeDrivers()
 			probe, err := inventorySource(inventoryFile, driverList, log)
 			if err != nil {
 				return err
@@ -78,7 +80,7 @@ func runCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultAgentStateDir(), "state directory: machine ID, state, key and certificate, lock")
-	cmd.Flags().StringVar(&driverList, "drivers", "sim", "comma-separated drivers to offer, e.g. sim")
+	cmd.Flags().StringVar(&driverList, "drivers", "auto", "comma-separated drivers to offer (sim, docker, docker-sandbox), or auto: every runtime that answers")
 	cmd.Flags().StringVar(&inventoryFile, "inventory-file", "", "development only, with --drivers sim: report this file's inventory (JSON) instead of probing")
 	return cmd
 }
@@ -86,27 +88,6 @@ func runCmd() *cobra.Command {
 // networkTransport is the HTTPS transport of an enrolled agent.
 func networkTransport(stateDir string) (hubclient.Transport, error) {
 	return nil, fmt.Errorf("this agent is not enrolled with a hub (no certificate in %s); einsora-hub solo runs an agent for this machine in-process", stateDir)
-}
-
-func buildDrivers(list, stateDir string) (*drivers.Host, error) {
-	var ds []drivers.Driver
-	for name := range strings.SplitSeq(list, ",") {
-		switch strings.TrimSpace(name) {
-		case "sim":
-			d, err := sim.New(filepath.Join(stateDir, "sim"), clock.Real{})
-			if err != nil {
-				return nil, err
-			}
-			ds = append(ds, d)
-		case "":
-		default:
-			return nil, cli.Usagef("unknown driver %q in --drivers: this build offers sim", name)
-		}
-	}
-	if len(ds) == 0 {
-		return nil, cli.Usagef("--drivers names no driver")
-	}
-	return drivers.NewHost(ds...), nil
 }
 
 func inventorySource(file, driverList string, log *slog.Logger) (func(context.Context) protocol.Inventory, error) {

@@ -20,8 +20,6 @@ import (
 
 	"einsora.dev/edge/agent"
 	"einsora.dev/edge/clock"
-	"einsora.dev/edge/drivers"
-	"einsora.dev/edge/drivers/sim"
 	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/store/sqlite"
 	"einsora.dev/edge/hubclient"
@@ -39,7 +37,8 @@ const (
 type Options struct {
 	DataDir   string
 	AdminAddr string
-	// Drivers is "sim", "docker" or "auto".
+	// Drivers is a comma-separated list of drivers, or "auto" (see
+	// agent.BuildDrivers).
 	Drivers string
 	Logger  *slog.Logger
 	Version string
@@ -76,7 +75,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	// The agent first: its lock says whether another solo already runs
 	// on this data directory, before anything else is touched.
-	host, closeDrivers, err := buildDrivers(ctx, opts.Drivers, filepath.Join(opts.DataDir, "agent"), clk, log)
+	host, closeDrivers, err := agent.BuildDrivers(ctx, opts.Drivers, filepath.Join(opts.DataDir, "agent"), clk, log)
 	if err != nil {
 		return fmt.Errorf("solo: %w", err)
 	}
@@ -190,18 +189,6 @@ func runWhileLeading(ctx context.Context, h *hub.Hub, ag *agent.Agent, log *slog
 			log.Info("in-process agent paused: leadership changed")
 		}
 	}
-}
-
-func buildDrivers(ctx context.Context, which, stateDir string, clk clock.Clock, log *slog.Logger) (*drivers.Host, func(), error) {
-	simDriver, err := sim.New(filepath.Join(stateDir, "sim"), clk)
-	if err != nil {
-		return nil, nil, err
-	}
-	switch which {
-	case "", "sim":
-		return drivers.NewHost(simDriver), func() { simDriver.Close() }, nil
-	}
-	return nil, nil, fmt.Errorf("drivers %q: want sim, docker or auto", which)
 }
 
 // LoadOrCreateToken reads the admin token from dir, making one the first
