@@ -27,7 +27,7 @@ func newRoot() *cobra.Command {
 		Use:   "einsora-agent",
 		Short: "The Einsora node agent: runs the workloads a hub places on this machine",
 	}
-	root.AddCommand(runCmd(), statusCmd(), inventoryCmd(), versionCmd())
+	root.AddCommand(runCmd(), statusCmd(), inventoryCmd(), versionCmd(), doctorCmd())
 	return root
 }
 

@@ -1,0 +1,46 @@
+package clock
+
+import (
+	"testing"
+	"time"
+)
+
+func TestFakeFiresTimersInOrderAsTimePasses(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := NewFake(start)
+	a, b := f.NewTimer(time.Minute), f.NewTimer(10*time.Second)
+	f.Advance(9 * time.Second)
+	select {
+	case <-b.C():
+		t.Fatal("fired early")
+	default:
+	}
+	f.Advance(time.Second)
+	if got := <-b.C(); !got.Equal(start.Add(10 * time.Second)) {
+		t.Errorf("got %v", got)
+	}
+	if f.Timers() != 1 {
+		t.Errorf("got %d timers waiting, want 1", f.Timers())
+	}
+	if !a.Stop() || f.Timers() != 0 {
+		t.Error("Stop did not remove the timer")
+	}
+	a.Reset(time.Second)
+	f.Advance(time.Second)
+	<-a.C()
+	if !f.Now().Equal(start.Add(11 * time.Second)) {
+		t.Errorf("now is %v", f.Now())
+	}
+}
+
+func TestSleepReturnsFalseWhenDone(t *testing.T) {
+	f := NewFake(time.Now())
+	done := make(chan struct{})
+	close(done)
+	if Sleep(f, time.Hour, done) {
+		t.Error("Sleep reported the full duration though done was closed")
+	}
+	if !Sleep(f, 0, nil) {
+		t.Error("a zero sleep did not complete")
+	}
+}
