@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin
 
-.PHONY: build run test test-short lint fmt bench darwin clean
+.PHONY: build run test test-short lint fmt bench darwin clean deb
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
@@ -39,3 +39,11 @@ darwin:
 
 clean:
 	rm -rf $(BIN) $(DATA)
+
+# A .deb of the agent, with nfpm run from the module proxy (not a
+# dependency of the module). ARCH is amd64 or arm64.
+ARCH ?= amd64
+NFPM ?= github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+deb:
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/deb/einsora-agent ./cmd/einsora-agent
+	ARCH=$(ARCH) VERSION=$(patsubst v%,%,$(VERSION)) $(GO) run $(NFPM) pkg --config packaging/deb/nfpm.yaml --packager deb --target bin/

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -66,6 +67,9 @@ type Agent struct {
 	bootID    string
 	wakeApply chan struct{}
 	calls     calls
+	// lastPass is when the apply loop last finished a pass (Unix
+	// nanoseconds, wall clock): the watchdog's sign of life.
+	lastPass atomic.Int64
 
 	// mu guards the following fields.
 	mu sync.Mutex

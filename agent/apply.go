@@ -78,6 +78,7 @@ func with(def action, except map[observed]action) map[observed]action {
 func (a *Agent) applyLoop(ctx context.Context) {
 	for {
 		acted := a.applyPass(ctx)
+		a.lastPass.Store(time.Now().UnixNano())
 		wait := a.cfg.ApplyInterval
 		if acted {
 			// Look again soon: what was just started or stopped has

@@ -76,6 +76,7 @@ func runCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log.Info("agent running", "machine", a.MachineID(), "state", stateDir, "drivers", host.Names())
+			go a.NotifyService(ctx)
 			return a.Run(ctx)
 		},
 	}
