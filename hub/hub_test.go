@@ -2,9 +2,11 @@ package hub
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -456,5 +458,38 @@ func TestRule8_NothingAdmittedWhileSettling(t *testing.T) {
 				t.Error("queued without a reason")
 			}
 		})
+	}
+}
+
+// Concurrent admit passes never place more than a machine holds: capacity
+// is read and taken in one write transaction.
+func TestNoOverCommitUnderConcurrentAdmits(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1") // 8 CPUs, 32 GB
+	h.pass()         // take the lease
+	for i := range 20 {
+		if _, err := h.CreateWorkload(context.Background(), WorkloadSpec{Tenant: "local", Name: fmt.Sprintf("w%d", i),
+			Kind: protocol.KindContainer, Class: "cpu-2", Region: "local"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			if err := h.admit(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	ws, _ := h.Workloads(context.Background())
+	cpus := 0
+	for _, w := range ws {
+		if w.State == store.StateProvisioning {
+			cpus += 2
+		}
+	}
+	if cpus != 8 {
+		t.Errorf("placed %d CPUs on a machine of 8, want exactly 8", cpus)
 	}
 }
