@@ -66,6 +66,7 @@ type Agent struct {
 	started   time.Time
 	bootID    string
 	wakeApply chan struct{}
+	reprobe   chan struct{}
 	calls     calls
 	// lastPass is when the apply loop last finished a pass (Unix
 	// nanoseconds, wall clock): the watchdog's sign of life.
@@ -139,6 +140,7 @@ func Open(cfg Config) (*Agent, error) {
 		started:   cfg.Clock.Now(),
 		bootID:    readBootID(),
 		wakeApply: make(chan struct{}, 1),
+		reprobe:   make(chan struct{}, 1),
 		calls:     calls{busy: map[string]bool{}},
 		state:     st,
 		statuses:  map[string]protocol.Status{},
@@ -180,8 +182,26 @@ func (a *Agent) cutShortLocked() {
 }
 
 func (a *Agent) inventoryLoop(ctx context.Context) {
-	for clock.Sleep(a.clk, a.cfg.InventoryInterval, ctx.Done()) {
+	for {
+		t := a.clk.NewTimer(a.cfg.InventoryInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-a.reprobe:
+			t.Stop()
+		case <-t.C():
+		}
 		a.refreshInventory(ctx)
+	}
+}
+
+// Reprobe asks for the inventory to be probed again now (on SIGHUP, say);
+// it is sent to the hub only if it changed.
+func (a *Agent) Reprobe() {
+	select {
+	case a.reprobe <- struct{}{}:
+	default:
 	}
 }
 

@@ -532,3 +532,38 @@ func TestKeepsApplyingWhileHubUnreachable(t *testing.T) {
 		t.Errorf("with the hub down: got %+v, want w-1 still running", list)
 	}
 }
+
+func TestInventorySentFirstAndOnlyWhenChanged(t *testing.T) {
+	f := newFakeHub()
+	var mu sync.Mutex
+	cpus := 4
+	h := startAgent(t, t.TempDir(), f, func(c *Config) {
+		c.Inventory = func(context.Context) protocol.Inventory {
+			mu.Lock()
+			defer mu.Unlock()
+			return protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: cpus, MemoryMB: 1024}
+		}
+	})
+	waitFor(t, "a few syncs", func() bool { return f.syncs() >= 3 })
+	f.mu.Lock()
+	sent := 0
+	for _, r := range f.reqs {
+		if r.Inventory != nil {
+			sent++
+		}
+	}
+	first := f.reqs[0].Inventory
+	f.mu.Unlock()
+	if first == nil || sent != 1 || first.Drivers[0] != "sim" {
+		t.Fatalf("inventory sent %d times (first %+v), want once, first, with its drivers", sent, first)
+	}
+	h.agent.Reprobe() // unchanged: nothing sent
+	mu.Lock()
+	cpus = 8
+	mu.Unlock()
+	h.agent.Reprobe()
+	waitFor(t, "the changed inventory", func() bool {
+		r := f.lastRequest()
+		return r.Inventory != nil && r.Inventory.CPUs == 8
+	})
+}
