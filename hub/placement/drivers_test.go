@@ -15,7 +15,7 @@ func mustDriver(t testing.TB, name string) Driver {
 	return d
 }
 
-func TestDriverRuns(t *testing.T) {
+func TestRule5_DriverRunsKindOnAccelerator(t *testing.T) {
 	tests := []struct {
 		name   string
 		driver string
@@ -77,7 +77,7 @@ func TestDriverFitsPlatform(t *testing.T) {
 	}
 }
 
-func TestDriverAllows(t *testing.T) {
+func TestRule5_DriverPerMachineLimit(t *testing.T) {
 	tests := []struct {
 		name  string
 		limit int
@@ -143,7 +143,7 @@ func TestDriverOS(t *testing.T) {
 }
 
 // TestDefaultDriversTrust pins the trust-relevant columns of the table.
-func TestDefaultDriversTrust(t *testing.T) {
+func TestRule5_IsolationFromTheHubsTable(t *testing.T) {
 	tests := []struct {
 		driver    string
 		isolation protocol.Isolation

@@ -35,7 +35,7 @@ func TestDevicesFromInventory(t *testing.T) {
 	}
 }
 
-func TestMachineCanHost(t *testing.T) {
+func TestRule5_MachineCanHost(t *testing.T) {
 	m := linux("m-1", "acme", "eu-west", 0)
 	tests := []struct {
 		name string
@@ -58,7 +58,7 @@ func TestMachineCanHost(t *testing.T) {
 	}
 }
 
-func TestMachinePermits(t *testing.T) {
+func TestRule5_MachinePermits(t *testing.T) {
 	m := linux("m-1", "acme", "eu-west", 0)
 	own := wl("w", "acme", "eu-west", protocol.KindContainer, "cpu-1")
 	other := wl("w", "globex", "eu-west", protocol.KindContainer, "cpu-1")
@@ -169,7 +169,7 @@ func TestMachineFree(t *testing.T) {
 	}
 }
 
-func TestFreeFits(t *testing.T) {
+func TestRule5_ResourcesFree(t *testing.T) {
 	gpu := map[string][]string{AcceleratorNvidiaGPU: {"nvidia:GPU-0"}}
 	tests := []struct {
 		name  string
@@ -194,7 +194,7 @@ func TestFreeFits(t *testing.T) {
 	}
 }
 
-func TestWorkloadSticky(t *testing.T) {
+func TestRule5_WorkloadSticky(t *testing.T) {
 	tests := []struct {
 		name    string
 		kind    protocol.Kind

@@ -248,7 +248,7 @@ func TestPlaceReasons(t *testing.T) {
 	})
 }
 
-func TestPlaceSticky(t *testing.T) {
+func TestRule5_StickyReturnsToItsDisk(t *testing.T) {
 	acme := func(k protocol.Kind, cl, machine, driver string) Workload {
 		return sticky(wl("w", "acme", "eu-west", k, cl), machine, driver)
 	}
