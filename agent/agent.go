@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -245,6 +246,7 @@ type Status struct {
 	StateDir          string   `json:"state_dir"`
 	Running           bool     `json:"running"`
 	StoreID           string   `json:"store_id,omitempty"`
+	LastSync          string   `json:"last_sync,omitempty"`
 	DesiredGeneration int64    `json:"desired_generation"`
 	Workloads         []string `json:"workloads"`
 }
@@ -264,9 +266,13 @@ func ReadStatus(dir string) (Status, error) {
 	if ls.Desired != nil {
 		st.StoreID, st.DesiredGeneration = ls.Desired.StoreID, ls.Desired.Generation
 	}
+	if b, err := os.ReadFile(filepath.Join(dir, lastSyncFile)); err == nil {
+		st.LastSync = strings.TrimSpace(string(b))
+	}
 	for id := range ls.Workloads {
 		st.Workloads = append(st.Workloads, id)
 	}
+	slices.Sort(st.Workloads)
 	fl := flock.New(filepath.Join(dir, lockFile))
 	if ok, err := fl.TryLock(); err == nil {
 		if ok {

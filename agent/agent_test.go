@@ -567,3 +567,22 @@ func TestInventorySentFirstAndOnlyWhenChanged(t *testing.T) {
 		return r.Inventory != nil && r.Inventory.CPUs == 8
 	})
 }
+
+func TestReadStatus(t *testing.T) {
+	dir := t.TempDir()
+	f := newFakeHub()
+	h := startAgent(t, dir, f)
+	f.set(run("w-1", 1))
+	waitCode(t, f, "w-1", protocol.CodeRunning)
+	st, err := ReadStatus(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.MachineID != h.agent.MachineID() || !st.Running || st.LastSync == "" || len(st.Workloads) != 1 || st.DesiredGeneration == 0 {
+		t.Errorf("got %+v", st)
+	}
+	h.stop()
+	if st, _ := ReadStatus(dir); st.Running {
+		t.Error("a stopped agent reads as running")
+	}
+}

@@ -21,6 +21,7 @@ const (
 	machineIDFile = "machine-id"
 	stateFile     = "state.json"
 	lockFile      = "agent.lock"
+	lastSyncFile  = "last-sync"
 )
 
 // ErrLocked is returned when another agent holds the state directory.

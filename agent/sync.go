@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"time"
 
 	"einsora.dev/edge/clock"
+	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/protocol"
 )
 
@@ -17,12 +19,18 @@ import (
 // asking again at once.
 var errStale = errors.New("stale desired state")
 
+// statusEvery is how often the time of the last sync is written down.
+const statusEvery = time.Minute
+
 // maxClockSkew is how far the agent's clock may be from the hub's before it
 // warns: a wrong clock must not pass for an expired certificate.
 const maxClockSkew = time.Minute
 
 func (a *Agent) syncLoop(ctx context.Context) {
 	bo := a.cfg.Backoff
+	// redirected is set by a directed reconnect and cleared by a sync
+	// that succeeds: only the first of a row redials at once.
+	redirected := false
 	for ctx.Err() == nil {
 		pollCtx, cancel := context.WithCancel(ctx)
 		a.mu.Lock()
@@ -47,6 +55,13 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			if cutShort && errors.Is(err, context.Canceled) {
 				continue // cut short on purpose, to deliver news
 			}
+			if errors.Is(err, hubclient.ErrReconnect) && !redirected {
+				// The hub is draining or moving this agent: it was just
+				// reachable, so redial at once, without backoff.
+				redirected = true
+				a.log.Info("the hub directed a reconnect; redialling at once", "detail", err)
+				continue
+			}
 			a.mu.Lock()
 			first := a.lastSyncErr == nil
 			a.lastSyncErr = err
@@ -61,6 +76,7 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			continue
 		}
 		bo.Reset()
+		redirected = false
 	}
 }
 
@@ -105,6 +121,14 @@ func (a *Agent) accept(resp *protocol.SyncResponse, req *protocol.SyncRequest) e
 	defer a.mu.Unlock()
 	if a.lastSyncErr != nil {
 		a.log.Info("sync recovered")
+	}
+	if now.Sub(a.lastSync) >= statusEvery {
+		// For `einsora-agent status`, which runs apart from the agent;
+		// written at most once a minute so an idle agent does not write
+		// on every poll.
+		if err := writeFileAtomic(filepath.Join(a.cfg.StateDir, lastSyncFile), []byte(now.UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+			a.log.Warn("cannot record the last sync", "err", err)
+		}
 	}
 	a.lastSync, a.lastSyncErr = now, nil
 	if req.Inventory != nil && req.Inventory == a.inventory {
