@@ -2,7 +2,9 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -36,8 +38,40 @@ var migrations = []string{
 	CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, epoch BIGINT NOT NULL, expires BIGINT NOT NULL);`,
 }
 
+// migrationLock is the key of the advisory lock every migration
+// transaction holds on PostgreSQL ("einsora" in ASCII), so that replicas
+// starting at once apply each migration once, one after the other.
+const migrationLock = 0x65696e736f7261
+
+// beginMigration begins a migration transaction. On a Dollar (PostgreSQL)
+// dialect it first waits for the advisory lock, released at commit or
+// rollback; SQLite's single writer needs none.
+func (s *Store) beginMigration(ctx context.Context) (*sql.Tx, error) {
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	if s.d.Dollar {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(`+strconv.Itoa(migrationLock)+`)`); err != nil {
+			tx.Rollback()
+			return nil, err
+		}
+	}
+	return tx, nil
+}
+
 func (s *Store) migrate(ctx context.Context) error {
-	if _, err := s.writer.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)`); err != nil {
+	// Even CREATE TABLE IF NOT EXISTS fails on PostgreSQL when two
+	// sessions run it at once, so it too runs under the lock.
+	tx, err := s.beginMigration(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)`); err != nil {
+		tx.Rollback()
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	serial := "INTEGER PRIMARY KEY AUTOINCREMENT"
@@ -46,7 +80,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	for i, m := range migrations {
 		version := i + 1
-		tx, err := s.writer.BeginTx(ctx, nil)
+		tx, err := s.beginMigration(ctx)
 		if err != nil {
 			return fmt.Errorf("migrate %d: %w", version, err)
 		}

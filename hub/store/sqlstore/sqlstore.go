@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,16 @@ type Dialect struct {
 	Dollar bool
 	// IsConflict reports whether err is a unique-constraint violation.
 	IsConflict func(err error) bool
+	// IsRetryable reports whether err means the database rolled the
+	// transaction back for a serialisation failure or a deadlock, so that
+	// running it again may succeed. Nil: Update never retries.
+	IsRetryable func(err error) bool
+	// UpdateIsolation and ViewIsolation are the isolation levels of
+	// Update's and View's transactions; zero is the driver's default.
+	UpdateIsolation, ViewIsolation sql.IsolationLevel
+	// Collate follows every ORDER BY on text, so that each dialect sorts
+	// by bytes as SQLite does by default (PostgreSQL: ` COLLATE "C"`).
+	Collate string
 }
 
 // SQLite is the dialect of modernc.org/sqlite.
@@ -47,12 +58,13 @@ func New(ctx context.Context, writer, reader *sql.DB, d Dialect, newID func() st
 	if err := s.migrate(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.writer.QueryRowContext(ctx, s.q(`SELECT value FROM meta WHERE key = 'store_id'`)).Scan(&s.id); errors.Is(err, sql.ErrNoRows) {
-		s.id = newID()
-		if _, err := s.writer.ExecContext(ctx, s.q(`INSERT INTO meta (key, value) VALUES ('store_id', ?)`), s.id); err != nil {
-			return nil, fmt.Errorf("save store id: %w", err)
-		}
-	} else if err != nil {
+	// Two replicas starting on a new database race to make the ID: the
+	// first insert wins and both read back the same one.
+	if _, err := s.writer.ExecContext(ctx, s.q(`INSERT INTO meta (key, value) VALUES ('store_id', ?)
+		ON CONFLICT (key) DO NOTHING`), newID()); err != nil {
+		return nil, fmt.Errorf("save store id: %w", err)
+	}
+	if err := s.writer.QueryRowContext(ctx, s.q(`SELECT value FROM meta WHERE key = 'store_id'`)).Scan(&s.id); err != nil {
 		return nil, fmt.Errorf("read store id: %w", err)
 	}
 	return s, nil
@@ -78,47 +90,107 @@ func (s *Store) q(query string) string {
 	return b.String()
 }
 
+// Retries of an Update the database rolled back for a serialisation
+// failure: at most MaxAttempts runs of fn, each after a pause drawn from
+// [0, min(retryCap, retryBase × 2^retry)] so contenders fall out of step.
+const (
+	MaxAttempts = 20
+	retryBase   = time.Millisecond
+	retryCap    = 50 * time.Millisecond
+)
+
+// Update runs fn in a read-write transaction at the dialect's
+// UpdateIsolation. When the database rolls it back for a serialisation
+// failure or a deadlock (Dialect.IsRetryable), fn runs again in a new
+// transaction, up to MaxAttempts times.
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
-	return s.run(ctx, s.writer, false, fn)
-}
-
-func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
-	return s.run(ctx, s.reader, true, fn)
-}
-
-func (s *Store) run(ctx context.Context, db *sql.DB, readOnly bool, fn func(store.Tx) error) error {
-	sqlTx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: readOnly && s.d.Dollar})
-	if err != nil {
-		return fmt.Errorf("store: begin: %w", err)
+	opts := &sql.TxOptions{Isolation: s.d.UpdateIsolation}
+	for attempt := 1; ; attempt++ {
+		retry, err := s.run(ctx, s.writer, opts, false, fn)
+		if err == nil || !retry {
+			return err
+		}
+		if attempt == MaxAttempts {
+			return fmt.Errorf("store: gave up after %d conflicting attempts: %w", attempt, err)
+		}
+		pause := time.Duration(rand.Int64N(int64(min(retryCap, retryBase<<(attempt-1))) + 1))
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
 	}
-	t := &tx{s: s, tx: sqlTx, ctx: ctx}
+}
+
+// View runs fn in a read-only transaction at the dialect's ViewIsolation.
+func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
+	_, err := s.run(ctx, s.reader, &sql.TxOptions{Isolation: s.d.ViewIsolation, ReadOnly: s.d.Dollar}, true, fn)
+	return err
+}
+
+// run runs fn in one transaction. retry reports that the transaction
+// failed in a way the dialect says another attempt may cure; it looks at
+// every statement's error, not only fn's, since fn may wrap or replace
+// the error it got.
+func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, readOnly bool, fn func(store.Tx) error) (retry bool, err error) {
+	sqlTx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return s.retryable(err), fmt.Errorf("store: begin: %w", err)
+	}
+	t := &tx{s: s, tx: sqlTx, ctx: ctx, readOnly: readOnly}
 	if err := fn(t); err != nil {
 		sqlTx.Rollback()
-		return err
+		return t.retry || s.retryable(err), err
 	}
 	if err := sqlTx.Commit(); err != nil {
-		return fmt.Errorf("store: commit: %w", err)
+		return s.retryable(err), fmt.Errorf("store: commit: %w", err)
 	}
-	return nil
+	return false, nil
+}
+
+func (s *Store) retryable(err error) bool {
+	return err != nil && s.d.IsRetryable != nil && s.d.IsRetryable(err)
 }
 
 type tx struct {
 	s   *Store
 	tx  *sql.Tx
 	ctx context.Context
+	// readOnly: the transaction is a View's.
+	readOnly bool
+	// retry is set once a statement failed with a retryable error.
+	retry bool
+}
+
+// seen notes a statement's error and returns it.
+func (t *tx) seen(err error) error {
+	if t.s.retryable(err) {
+		t.retry = true
+	}
+	return err
 }
 
 func (t *tx) exec(query string, args ...any) (sql.Result, error) {
-	return t.tx.ExecContext(t.ctx, t.s.q(query), args...)
+	res, err := t.tx.ExecContext(t.ctx, t.s.q(query), args...)
+	return res, t.seen(err)
 }
 
 func (t *tx) query(query string, args ...any) (*sql.Rows, error) {
-	return t.tx.QueryContext(t.ctx, t.s.q(query), args...)
+	rows, err := t.tx.QueryContext(t.ctx, t.s.q(query), args...)
+	return rows, t.seen(err)
 }
 
-func (t *tx) queryRow(query string, args ...any) *sql.Row {
-	return t.tx.QueryRowContext(t.ctx, t.s.q(query), args...)
+func (t *tx) queryRow(query string, args ...any) row {
+	return row{t.tx.QueryRowContext(t.ctx, t.s.q(query), args...), t}
 }
+
+// row is a *sql.Row whose Scan error the transaction notes.
+type row struct {
+	r *sql.Row
+	t *tx
+}
+
+func (r row) Scan(dest ...any) error { return r.t.seen(r.r.Scan(dest...)) }
 
 // Times are stored as Unix nanoseconds, which every dialect keeps exactly.
 func ts(t time.Time) int64 {
@@ -151,7 +223,7 @@ func (t *tx) CreateTenant(tn store.Tenant) error {
 }
 
 func (t *tx) Tenants() ([]store.Tenant, error) {
-	rows, err := t.query(`SELECT name, created FROM tenants ORDER BY name`)
+	rows, err := t.query(`SELECT name, created FROM tenants ORDER BY name` + t.s.d.Collate)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +238,7 @@ func (t *tx) Tenants() ([]store.Tenant, error) {
 		tn.Created = fromTS(created)
 		out = append(out, tn)
 	}
-	return out, rows.Err()
+	return out, t.seen(rows.Err())
 }
 
 func (t *tx) Tenant(name string) (store.Tenant, error) {
@@ -197,7 +269,7 @@ func scanClass(sc interface{ Scan(...any) error }) (store.Class, error) {
 }
 
 func (t *tx) Classes() ([]store.Class, error) {
-	rows, err := t.query(`SELECT ` + classCols + ` FROM classes ORDER BY name`)
+	rows, err := t.query(`SELECT ` + classCols + ` FROM classes ORDER BY name` + t.s.d.Collate)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +282,7 @@ func (t *tx) Classes() ([]store.Class, error) {
 		}
 		out = append(out, c)
 	}
-	return out, rows.Err()
+	return out, t.seen(rows.Err())
 }
 
 func (t *tx) Class(name string) (store.Class, error) {
@@ -275,7 +347,7 @@ func (t *tx) Machine(id string) (store.Machine, error) {
 }
 
 func (t *tx) Machines() ([]store.Machine, error) {
-	rows, err := t.query(`SELECT ` + machineCols + ` FROM machines ORDER BY id`)
+	rows, err := t.query(`SELECT ` + machineCols + ` FROM machines ORDER BY id` + t.s.d.Collate)
 	if err != nil {
 		return nil, err
 	}
@@ -288,10 +360,20 @@ func (t *tx) Machines() ([]store.Machine, error) {
 		}
 		out = append(out, m)
 	}
-	return out, rows.Err()
+	return out, t.seen(rows.Err())
 }
 
 func (t *tx) BumpGeneration(machineID string) (int64, error) {
+	if t.readOnly {
+		// PostgreSQL refuses an UPDATE in a read-only transaction even
+		// when it would match no row; a read still tells a missing
+		// machine, as on SQLite.
+		var one int
+		if err := t.queryRow(`SELECT 1 FROM machines WHERE id = ?`, machineID).Scan(&one); err != nil {
+			return 0, notFound("machine", machineID, err)
+		}
+		return 0, fmt.Errorf("machine %q: bump generation in a read-only transaction", machineID)
+	}
 	var gen int64
 	err := t.queryRow(`UPDATE machines SET generation = generation + 1 WHERE id = ? RETURNING generation`, machineID).Scan(&gen)
 	if err != nil {
@@ -374,7 +456,7 @@ func (t *tx) Workloads(f store.WorkloadFilter) ([]store.Workload, error) {
 			args = append(args, string(st))
 		}
 	}
-	rows, err := t.query(query+` ORDER BY created, id`, args...)
+	rows, err := t.query(query+` ORDER BY created, id`+t.s.d.Collate, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -387,7 +469,7 @@ func (t *tx) Workloads(f store.WorkloadFilter) ([]store.Workload, error) {
 		}
 		out = append(out, w)
 	}
-	return out, rows.Err()
+	return out, t.seen(rows.Err())
 }
 
 func (t *tx) DeleteWorkload(id string) error {
@@ -420,7 +502,7 @@ func (t *tx) PutStatus(s store.StatusRecord) error {
 
 func (t *tx) Statuses(machineID string) ([]store.StatusRecord, error) {
 	rows, err := t.query(`SELECT machine, workload, attempt, mode, generation, code, exit_code, detail, at
-		FROM statuses WHERE machine = ? ORDER BY workload`, machineID)
+		FROM statuses WHERE machine = ? ORDER BY workload`+t.s.d.Collate, machineID)
 	if err != nil {
 		return nil, err
 	}
@@ -441,7 +523,7 @@ func (t *tx) Statuses(machineID string) ([]store.StatusRecord, error) {
 		}
 		out = append(out, s)
 	}
-	return out, rows.Err()
+	return out, t.seen(rows.Err())
 }
 
 func (t *tx) AddTimeline(e store.TimelineEntry) error {
@@ -465,7 +547,7 @@ func (t *tx) Timeline(workloadID string) ([]store.TimelineEntry, error) {
 		e.At = fromTS(at)
 		out = append(out, e)
 	}
-	return out, rows.Err()
+	return out, t.seen(rows.Err())
 }
 
 func (t *tx) CreateToken(tk store.Token) error {
