@@ -27,6 +27,8 @@ func (h *Hub) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/classes", h.adminCreateClass)
 	mux.HandleFunc("GET /v1/machines", h.adminListMachines)
 	mux.HandleFunc("GET /v1/machines/{id}", h.adminShowMachine)
+	mux.HandleFunc("POST /v1/machines/{id}/revoke", h.adminAct(h.RevokeMachine))
+	mux.HandleFunc("POST /v1/tokens", h.adminCreateToken)
 	mux.HandleFunc("GET /v1/workloads", h.adminListWorkloads)
 	mux.HandleFunc("POST /v1/workloads", h.adminCreateWorkload)
 	mux.HandleFunc("GET /v1/workloads/{id}", h.adminShowWorkload)
@@ -280,8 +282,12 @@ func (h *Hub) SyncHandler(identify func(*http.Request) (string, error)) http.Han
 		switch {
 		case errors.Is(err, ErrBadRequest):
 			writeError(w, http.StatusBadRequest, err.Error())
+		case errors.Is(err, ErrRevoked):
+			writeError(w, http.StatusForbidden, err.Error()+"; an operator revoked this machine: delete the machine-id file in the agent's state directory and enrol it as a new machine")
 		case errors.Is(err, ErrUnknownMachine):
 			writeError(w, http.StatusForbidden, err.Error()+"; enrol the machine again with: einsora-agent enroll")
+		case errors.Is(err, ErrSuperseded):
+			writeError(w, http.StatusConflict, err.Error())
 		case r.Context().Err() != nil:
 			// The agent went away or cut its poll short: nothing to answer.
 		case err != nil:

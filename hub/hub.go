@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"einsora.dev/edge/clock"
+	"einsora.dev/edge/hub/ca"
 	"einsora.dev/edge/hub/placement"
 	"einsora.dev/edge/hub/store"
 )
@@ -45,6 +46,9 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Drivers is the hub's driver table; nil means placement.DefaultDrivers.
 	Drivers []placement.Driver
+	// CA signs machines' certificates at enrolment and renewal; nil for a
+	// hub that enrols none (solo).
+	CA *ca.CA
 }
 
 // Defaults from ADR-0016 and the issues that refine it.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -17,43 +18,55 @@ import (
 var (
 	ErrUnknownMachine = errors.New("unknown machine")
 	ErrBadRequest     = errors.New("bad request")
+	// ErrSuperseded: a newer poll of the same machine replaced this one.
+	ErrSuperseded = errors.New("a newer poll of this machine replaced this one; if two agents share this machine's identity, give one a new machine ID and enrol it")
 )
 
-// polls holds the waiting long polls, one wake channel per machine. Waking
-// closes the channel, so every poll waiting on it answers.
+// polls holds the waiting long polls: one per machine, with its wake
+// channel. Waking closes the channel. A new poll of a machine replaces the
+// one waiting, which is answered with ErrSuperseded.
 type polls struct {
+	// held counts the polls holding now, past their work: load shedding
+	// leaves them out.
+	held atomic.Int64
 	// mu guards the following fields.
 	mu      sync.Mutex
 	waiting map[string]*poll
 }
 
 type poll struct {
-	wake    chan struct{}
-	waiters int
+	wake chan struct{}
+	// superseded is set, under polls.mu, when a newer poll replaced this one.
+	superseded bool
 }
 
-// wait returns the machine's wake channel and a release func to call when
-// the poll stops waiting.
-func (p *polls) wait(machineID string) (<-chan struct{}, func()) {
+// wait registers a poll of machineID, replacing the one waiting, and
+// returns it with a release func to call when the poll stops waiting.
+func (p *polls) wait(machineID string) (*poll, func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	w := p.waiting[machineID]
-	if w == nil {
-		w = &poll{wake: make(chan struct{})}
-		p.waiting[machineID] = w
+	if old := p.waiting[machineID]; old != nil {
+		old.superseded = true
+		close(old.wake)
 	}
-	w.waiters++
-	return w.wake, func() {
+	w := &poll{wake: make(chan struct{})}
+	p.waiting[machineID] = w
+	return w, func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		w.waiters--
-		if w.waiters == 0 && p.waiting[machineID] == w {
+		if p.waiting[machineID] == w {
 			delete(p.waiting, machineID)
 		}
 	}
 }
 
-// wake answers every poll waiting for machineID.
+func (p *polls) isSuperseded(w *poll) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return w.superseded
+}
+
+// wake answers the poll waiting for machineID.
 func (p *polls) wake(machineID string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -85,7 +98,7 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 	}
 	// Wait before reading the generation, so a wake between the read and
 	// the wait is not lost.
-	wake, release := h.polls.wait(machineID)
+	w, release := h.polls.wait(machineID)
 	defer release()
 	gen, err := h.record(ctx, machineID, req)
 	if err != nil {
@@ -94,12 +107,19 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 	h.markDirty(machineID)
 	if req.StoreID == h.store.ID() && req.Generation == gen {
 		t := h.clk.NewTimer(h.cfg.PollTimeout)
+		h.polls.held.Add(1)
 		select {
-		case <-wake:
+		case <-w.wake:
+			h.polls.held.Add(-1)
 			t.Stop()
+			if h.polls.isSuperseded(w) {
+				return nil, fmt.Errorf("sync %s: %w", machineID, ErrSuperseded)
+			}
 		case <-t.C():
+			h.polls.held.Add(-1)
 			return &protocol.SyncResponse{StoreID: h.store.ID(), Generation: gen, Unchanged: true, HubTime: h.clk.Now()}, nil
 		case <-ctx.Done():
+			h.polls.held.Add(-1)
 			t.Stop()
 			return nil, ctx.Err()
 		}
@@ -147,7 +167,7 @@ func (h *Hub) record(ctx context.Context, machineID string, req *protocol.SyncRe
 			return err
 		}
 		if m.Revoked {
-			return fmt.Errorf("sync %s: machine revoked: %w", machineID, ErrUnknownMachine)
+			return fmt.Errorf("sync %s: %w", machineID, ErrRevoked)
 		}
 		gen = m.Generation
 		if err := h.noteReturn(tx, m, req, now); err != nil {
@@ -260,6 +280,10 @@ func (h *Hub) Desired(ctx context.Context, machineID string) (*protocol.SyncResp
 		m, err := tx.Machine(machineID)
 		if err != nil {
 			return err
+		}
+		if m.Revoked {
+			// A poll woken by the revocation ends here.
+			return ErrRevoked
 		}
 		resp.Generation = m.Generation
 		ws, err := tx.Workloads(store.WorkloadFilter{Machine: machineID})

@@ -16,7 +16,6 @@ import (
 
 	"einsora.dev/edge/agent"
 	"einsora.dev/edge/clock"
-	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/internal/cli"
 	"einsora.dev/edge/inventory"
 	"einsora.dev/edge/protocol"
@@ -27,7 +26,7 @@ func newRoot() *cobra.Command {
 		Use:   "einsora-agent",
 		Short: "The Einsora node agent: runs the workloads a hub places on this machine",
 	}
-	root.AddCommand(runCmd(), statusCmd(), inventoryCmd(), versionCmd(), doctorCmd())
+	root.AddCommand(runCmd(), enrollCmd(), statusCmd(), inventoryCmd(), versionCmd(), doctorCmd())
 	return root
 }
 
@@ -68,15 +67,27 @@ func runCmd() *cobra.Command {
 				return err
 			}
 			defer a.Close()
-			transport, err := networkTransport(stateDir)
+			nw, err := networkTransport(stateDir, log)
 			if err != nil {
 				return err
 			}
-			a.SetTransport(transport)
+			a.SetTransport(nw.Transport())
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			log.Info("agent running", "machine", a.MachineID(), "state", stateDir, "drivers", host.Names())
 			go a.NotifyService(ctx)
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			go func() {
+				for range hup {
+					log.Info("SIGHUP: probing inventory again")
+					a.Reprobe()
+				}
+			}()
+			renewal := make(chan struct{})
+			go func() { defer close(renewal); nw.RunRenewal(ctx) }()
+			defer func() { stop(); <-renewal }()
 			return a.Run(ctx)
 		},
 	}
@@ -84,11 +95,6 @@ func runCmd() *cobra.Command {
 	cmd.Flags().StringVar(&driverList, "drivers", "auto", "comma-separated drivers to offer (sim, docker, docker-sandbox), or auto: every runtime that answers")
 	cmd.Flags().StringVar(&inventoryFile, "inventory-file", "", "development only, with --drivers sim: report this file's inventory (JSON) instead of probing")
 	return cmd
-}
-
-// networkTransport is the HTTPS transport of an enrolled agent.
-func networkTransport(stateDir string) (hubclient.Transport, error) {
-	return nil, fmt.Errorf("this agent is not enrolled with a hub (no certificate in %s); einsora-hub solo runs an agent for this machine in-process", stateDir)
 }
 
 func inventorySource(file, driverList string, log *slog.Logger) (func(context.Context) protocol.Inventory, error) {

@@ -26,9 +26,9 @@ func newRoot() *cobra.Command {
 		Use:   "einsora-hub",
 		Short: "The Einsora hub: stores intent, places workloads, answers agents",
 	}
-	root.AddCommand(soloCmd(), versionCmd())
+	root.AddCommand(soloCmd(), serveCmd(), versionCmd())
 	g := &globals{}
-	for _, c := range []*cobra.Command{tenantCmd(g), classCmd(g), machineCmd(g), workloadCmd(g)} {
+	for _, c := range []*cobra.Command{tenantCmd(g), tokenCmd(g), classCmd(g), machineCmd(g), workloadCmd(g)} {
 		c.PersistentFlags().StringVar(&g.hub, "hub", envOr("EINSORA_HUB", "http://127.0.0.1:7480"), "admin API of the hub (env EINSORA_HUB)")
 		c.PersistentFlags().StringVar(&g.data, "data", cli.DefaultHubDataDir(), "the hub's data directory, which holds the admin token")
 		root.AddCommand(c)
@@ -222,10 +222,13 @@ func machineCmd(g *globals) *cobra.Command {
 			if m.Inventory != nil {
 				fmt.Fprintf(out, "cpus:        %d\nmemory_mb:   %d\ngpus:        %d\n", m.Inventory.CPUs, m.Inventory.MemoryMB, len(m.Inventory.GPUs))
 			}
+			if m.CertExpires != nil {
+				fmt.Fprintf(out, "cert:        expires %s\n", m.CertExpires.Format(time.RFC3339))
+			}
 			return nil
 		})(cmd, args)
 	}
-	cmd.AddCommand(ls, show)
+	cmd.AddCommand(ls, show, machineRevokeCmd(g))
 	return cmd
 }
 

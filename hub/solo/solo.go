@@ -5,8 +5,6 @@ package solo
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -53,7 +50,7 @@ type Options struct {
 
 // AdminTokenFile is the file in the data directory that holds the admin
 // token.
-const AdminTokenFile = "admin-token"
+const AdminTokenFile = hub.AdminTokenFile
 
 // Run runs hub and agent until ctx is done.
 func Run(ctx context.Context, opts Options) error {
@@ -192,22 +189,5 @@ func runWhileLeading(ctx context.Context, h *hub.Hub, ag *agent.Agent, log *slog
 }
 
 // LoadOrCreateToken reads the admin token from dir, making one the first
-// time (mode 0600: whoever can read it administers the hub).
-func LoadOrCreateToken(dir string) (string, error) {
-	path := filepath.Join(dir, AdminTokenFile)
-	b, err := os.ReadFile(path)
-	if err == nil {
-		if t := strings.TrimSpace(string(b)); t != "" {
-			return t, nil
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("admin token: %w", err)
-	}
-	var raw [32]byte
-	rand.Read(raw[:])
-	token := hex.EncodeToString(raw[:])
-	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("admin token: %w", err)
-	}
-	return token, nil
-}
+// time; see hub.LoadOrCreateAdminToken.
+func LoadOrCreateToken(dir string) (string, error) { return hub.LoadOrCreateAdminToken(dir) }

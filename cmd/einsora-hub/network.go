@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"einsora.dev/edge/hub"
+	"einsora.dev/edge/hub/adminapi"
+	"einsora.dev/edge/hub/serve"
+	"einsora.dev/edge/internal/cli"
+)
+
+func serveCmd() *cobra.Command {
+	var opts serve.Options
+	var verbose bool
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a networked hub: agents enrol and sync over HTTPS with mutual TLS",
+		Long: `Run a networked hub. Agents enrol and sync over HTTPS (TLS 1.3, mutual TLS) on --listen;
+the admin API listens on --admin, on loopback. On first start the hub makes its certificate
+authority in --data. SIGINT or SIGTERM drains: waiting agents are told to reconnect (to
+--drain-to, if set) before the hub exits.`,
+		Args: cli.Args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			level := slog.LevelInfo
+			if verbose {
+				level = slog.LevelDebug
+			}
+			opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			opts.Ready = func(adminURL, agentURL string) {
+				fmt.Fprintf(cmd.OutOrStdout(), "einsora-hub serve: admin API on %s, agents connect to %s, data in %s\n", adminURL, agentURL, opts.DataDir)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return serve.Run(ctx, opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.DataDir, "data", cli.DefaultHubDataDir(), "data directory (store, CA, admin token)")
+	f.StringVar(&opts.Store, "store", "", "store URL, e.g. postgres://… (not supported in this build: SQLite in --data is used)")
+	f.StringVar(&opts.Listen, "listen", ":8443", "address agents connect to (HTTPS)")
+	f.StringVar(&opts.AdminAddr, "admin", "127.0.0.1:7480", "address of the admin API; keep it on loopback")
+	f.StringVar(&opts.Region, "region", "local", "region this hub's controller places workloads in")
+	f.StringArrayVar(&opts.Names, "name", nil, "a host name or address agents use to reach the hub (repeatable); the server certificate holds it")
+	f.StringVar(&opts.DrainTo, "drain-to", "", "on shutdown, send waiting agents to this hub URL (https://HOST:PORT) instead of back here")
+	f.DurationVar(&opts.Hub.PollTimeout, "poll-timeout", 0, "how long a sync is held when nothing changed (default 25s)")
+	f.DurationVar(&opts.ClientCertLifetime, "cert-lifetime", 0, "how long machines' certificates are valid (default 720h); agents renew at about 70%")
+	f.BoolVar(&verbose, "verbose", false, "log debug messages")
+	return cmd
+}
+
+func tokenCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "token", Short: "Make enrolment tokens for agents"}
+	var owner, region string
+	var ttl time.Duration
+	create := &cobra.Command{
+		Use:   "create --owner TENANT --region REGION",
+		Short: "Print a single-use enrolment token that fixes the machine's owner and region",
+		Args:  cli.Args(cobra.NoArgs),
+	}
+	create.Flags().StringVar(&owner, "owner", "", "tenant that will own the machine")
+	create.Flags().StringVar(&region, "region", "", "region the machine will serve")
+	create.Flags().DurationVar(&ttl, "ttl", hub.DefaultTokenTTL, "how long the token may be used")
+	create.MarkFlagRequired("owner")
+	create.MarkFlagRequired("region")
+	g.addJSON(create)
+	create.RunE = run(g, func(ctx context.Context, c *adminapi.Client) error {
+		if ttl < hub.MinTokenTTL || ttl > hub.MaxTokenTTL {
+			return cli.Usagef("--ttl %s: want between %s and %s", ttl, hub.MinTokenTTL, hub.MaxTokenTTL)
+		}
+		t, err := c.CreateToken(ctx, owner, region, ttl)
+		if err != nil || g.json {
+			return orJSON(create, t, err)
+		}
+		fmt.Fprintln(create.OutOrStdout(), t.Token)
+		fmt.Fprintf(create.ErrOrStderr(), "single-use token for owner %s in region %s, valid until %s; on the machine run: einsora-agent enroll --hub https://HUB:8443 --token TOKEN\n",
+			t.Owner, t.Region, t.Expires.Local().Format(time.RFC3339))
+		return nil
+	})
+	cmd.AddCommand(create)
+	return cmd
+}
+
+func machineRevokeCmd(g *globals) *cobra.Command {
+	revoke := &cobra.Command{
+		Use:   "revoke ID",
+		Short: "Revoke a machine: its certificate is refused and its agent cut off at once",
+		Args:  cli.Args(cobra.ExactArgs(1)),
+	}
+	revoke.RunE = func(cmd *cobra.Command, args []string) error {
+		return run(g, func(ctx context.Context, c *adminapi.Client) error { return c.RevokeMachine(ctx, args[0]) })(cmd, args)
+	}
+	return revoke
+}

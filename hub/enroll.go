@@ -1,0 +1,384 @@
+package hub
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"einsora.dev/edge/hub/adminapi"
+	"einsora.dev/edge/hub/ca"
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/protocol"
+)
+
+// Errors of enrolment and renewal; the HTTP layer maps them to status codes.
+var (
+	// ErrTokenRefused: the enrolment token is unknown, used, expired, or
+	// for another hub (401).
+	ErrTokenRefused = errors.New("enrolment token refused")
+	// ErrForbidden: the machine may not enrol (403): it belongs to another
+	// owner, or it was revoked.
+	ErrForbidden = errors.New("forbidden")
+	// ErrRevoked: the machine was revoked by an operator (403).
+	ErrRevoked = errors.New("machine revoked")
+	// ErrNoCA: this hub enrols no machines (solo).
+	ErrNoCA = errors.New("this hub has no certificate authority")
+)
+
+// Bounds on enrolment tokens' lives.
+const (
+	DefaultTokenTTL = time.Hour
+	MinTokenTTL     = time.Minute
+	MaxTokenTTL     = 30 * 24 * time.Hour
+)
+
+// CreateEnrollToken makes a single-use enrolment token that fixes the owner
+// and region of the machine that enrols with it, valid for ttl (zero means
+// DefaultTokenTTL). Only the hash of its secret is stored; the token itself
+// is returned once.
+func (h *Hub) CreateEnrollToken(ctx context.Context, owner, region string, ttl time.Duration) (protocol.Token, time.Time, error) {
+	var tok protocol.Token
+	if h.cfg.CA == nil {
+		return tok, time.Time{}, fmt.Errorf("%w: %w; enrolment tokens are for hubs started with: einsora-hub serve", ErrInvalid, ErrNoCA)
+	}
+	if ttl == 0 {
+		ttl = DefaultTokenTTL
+	}
+	if ttl < MinTokenTTL || ttl > MaxTokenTTL {
+		return tok, time.Time{}, fmt.Errorf("%w: ttl %s: want between %s and %s", ErrInvalid, ttl, MinTokenTTL, MaxTokenTTL)
+	}
+	if err := checkName("region", region); err != nil {
+		return tok, time.Time{}, err
+	}
+	tok.Fingerprint = h.cfg.CA.Fingerprint()
+	if _, err := rand.Read(tok.Secret[:]); err != nil {
+		return tok, time.Time{}, err
+	}
+	now := h.clk.Now()
+	expires := now.Add(ttl)
+	err := h.store.Update(ctx, func(tx store.Tx) error {
+		if _, err := tx.Tenant(owner); errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("%w: no tenant %q; create it with: einsora-hub tenant create %s", ErrInvalid, owner, owner)
+		} else if err != nil {
+			return err
+		}
+		return tx.CreateToken(store.Token{Hash: tok.SecretHash(), Owner: owner, Region: region, Created: now, Expires: expires})
+	})
+	if err != nil {
+		return protocol.Token{}, time.Time{}, err
+	}
+	h.log.Info("enrolment token created", "owner", owner, "region", region, "expires", expires)
+	return tok, expires, nil
+}
+
+// EnrollRequest is a decoded, checked enrolment request.
+type EnrollRequest struct {
+	Token     protocol.Token
+	CSR       *x509.CertificateRequest
+	MachineID string
+	Name      string
+}
+
+// Bounds on an enrolment request's fields.
+const (
+	maxTokenLen = 256
+	maxCSRLen   = 8 << 10
+	maxNameLen  = 256
+)
+
+// DecodeEnrollRequest reads and checks an enrolment request: a well-formed
+// token, a CSR for an ECDSA P-256 key with a valid signature, and a machine
+// ID fit for a certificate. Unknown fields are ignored; trailing data is
+// refused. It is the decoder of untrusted input that FuzzDecodeEnrollRequest
+// exercises.
+func DecodeEnrollRequest(r io.Reader) (*EnrollRequest, error) {
+	var in protocol.EnrollRequest
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(&in); err != nil {
+		return nil, fmt.Errorf("decode enrol request: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("decode enrol request: trailing data after the JSON object")
+	}
+	if len(in.Token) > maxTokenLen || len(in.CSR) > maxCSRLen || len(in.Name) > maxNameLen {
+		return nil, errors.New("enrol request: a field is too long")
+	}
+	tok, err := protocol.ParseToken(in.Token)
+	if err != nil {
+		return nil, fmt.Errorf("enrol request: %w", err)
+	}
+	if err := ca.CheckMachineID(in.MachineID); err != nil {
+		return nil, fmt.Errorf("enrol request: %w", err)
+	}
+	csr, err := ca.ParseCSR(in.CSR)
+	if err != nil {
+		return nil, fmt.Errorf("enrol request: %w", err)
+	}
+	return &EnrollRequest{Token: tok, CSR: csr, MachineID: in.MachineID, Name: bound(in.Name, 64)}, nil
+}
+
+// Enroll admits a machine: it uses the token (once), registers the machine
+// with the token's owner and region (whatever the CSR says is ignored), and
+// signs its client certificate, all in one transaction, so a refused
+// enrolment leaves the token unused. A known machine enrolling for another
+// owner is refused until an operator removes it, and a revoked one for good.
+func (h *Hub) Enroll(ctx context.Context, req *EnrollRequest) (*protocol.CertificateResponse, error) {
+	if h.cfg.CA == nil {
+		return nil, ErrNoCA
+	}
+	if req.Token.Fingerprint != h.cfg.CA.Fingerprint() {
+		return nil, fmt.Errorf("%w: it was made by another hub (its CA fingerprint is not this hub's); ask this hub's operator for a token", ErrTokenRefused)
+	}
+	now := h.clk.Now()
+	var resp *protocol.CertificateResponse
+	err := h.store.Update(ctx, func(tx store.Tx) error {
+		tok, err := tx.UseToken(req.Token.SecretHash(), now)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return fmt.Errorf("%w: this hub does not know it; ask its operator for a new one (einsora-hub token create)", ErrTokenRefused)
+		case errors.Is(err, store.ErrUsed):
+			return fmt.Errorf("%w: it was used before (tokens are single-use); ask for a new one (einsora-hub token create)", ErrTokenRefused)
+		case err != nil:
+			return err
+		case !now.Before(tok.Expires):
+			return fmt.Errorf("%w: it expired at %s; ask for a new one (einsora-hub token create)", ErrTokenRefused, tok.Expires.UTC().Format(time.RFC3339))
+		}
+		// RegisterMachine's rule, in this transaction.
+		m, err := tx.Machine(req.MachineID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			m = store.Machine{ID: req.MachineID, Registered: now}
+		case err != nil:
+			return err
+		case m.Revoked:
+			return fmt.Errorf("%w: machine %s was revoked and cannot enrol again under this ID; delete the machine-id file in the agent's state directory to enrol it as a new machine", ErrForbidden, m.ID)
+		case m.Owner != "" && m.Owner != tok.Owner:
+			return fmt.Errorf("%w: machine %s belongs to %s; an operator must remove it before it enrols for %s", ErrForbidden, m.ID, m.Owner, tok.Owner)
+		}
+		certPEM, notAfter, err := h.cfg.CA.SignMachine(req.CSR, m.ID)
+		if err != nil {
+			return err
+		}
+		if req.Name != "" {
+			m.Name = req.Name
+		}
+		m.Owner, m.Region, m.CertExpires = tok.Owner, tok.Region, notAfter
+		if err := tx.PutMachine(m); err != nil {
+			return err
+		}
+		resp = &protocol.CertificateResponse{
+			MachineID: m.ID, Owner: m.Owner, Region: m.Region, Certificate: string(certPEM),
+			CA: string(h.cfg.CA.CertificatePEM()), Expires: notAfter, HubTime: now,
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("enrol %s: %w", req.MachineID, err)
+	}
+	h.log.Info("machine enrolled", "machine", resp.MachineID, "owner", resp.Owner, "region", resp.Region, "cert_expires", resp.Expires)
+	h.wakeController()
+	return resp, nil
+}
+
+// Renew signs a new client certificate for machineID, named by its current,
+// verified client certificate.
+func (h *Hub) Renew(ctx context.Context, machineID string, csr *x509.CertificateRequest) (*protocol.CertificateResponse, error) {
+	if h.cfg.CA == nil {
+		return nil, ErrNoCA
+	}
+	now := h.clk.Now()
+	var resp *protocol.CertificateResponse
+	err := h.store.Update(ctx, func(tx store.Tx) error {
+		m, err := tx.Machine(machineID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return ErrUnknownMachine
+		case err != nil:
+			return err
+		case m.Revoked:
+			return ErrRevoked
+		}
+		certPEM, notAfter, err := h.cfg.CA.SignMachine(csr, m.ID)
+		if err != nil {
+			return err
+		}
+		m.CertExpires = notAfter
+		if err := tx.PutMachine(m); err != nil {
+			return err
+		}
+		resp = &protocol.CertificateResponse{
+			MachineID: m.ID, Owner: m.Owner, Region: m.Region, Certificate: string(certPEM),
+			CA: string(h.cfg.CA.CertificatePEM()), Expires: notAfter, HubTime: now,
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("renew %s: %w", machineID, err)
+	}
+	h.log.Debug("certificate renewed", "machine", machineID, "cert_expires", resp.Expires)
+	return resp, nil
+}
+
+// RevokeMachine marks a machine revoked: its certificates are refused from
+// now on, at the TLS handshake (resumed sessions included) and on every
+// request, and its waiting long poll is ended at once. Its workloads then
+// follow the offline rules.
+func (h *Hub) RevokeMachine(ctx context.Context, id string) error {
+	err := h.store.Update(ctx, func(tx store.Tx) error {
+		m, err := tx.Machine(id)
+		if err != nil {
+			return err
+		}
+		if m.Revoked {
+			return nil
+		}
+		m.Revoked = true
+		return tx.PutMachine(m)
+	})
+	if err != nil {
+		return err
+	}
+	h.log.Warn("machine revoked", "machine", id)
+	h.Wake(id)
+	h.wakeController()
+	return nil
+}
+
+// CheckMachine refuses a machine that is unknown or revoked. The TLS layer
+// calls it on every handshake, resumed or not.
+func (h *Hub) CheckMachine(ctx context.Context, id string) error {
+	var m store.Machine
+	err := h.store.View(ctx, func(tx store.Tx) (err error) { m, err = tx.Machine(id); return err })
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("machine %s: %w", id, ErrUnknownMachine)
+	case err != nil:
+		return err
+	case m.Revoked:
+		return fmt.Errorf("machine %s: %w", id, ErrRevoked)
+	}
+	return nil
+}
+
+// IdentifyClientCert names the machine of a request by its verified client
+// certificate, and refuses a certificate that expired while its connection
+// stayed open. It is the identify function of SyncHandler over HTTPS.
+func (h *Hub) IdentifyClientCert(r *http.Request) (string, error) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return "", errors.New("no client certificate: enrol this machine first with: einsora-agent enroll --hub URL --token TOKEN")
+	}
+	leaf := r.TLS.VerifiedChains[0][0]
+	if now := h.clk.Now(); now.After(leaf.NotAfter) {
+		return "", fmt.Errorf("this machine's certificate expired at %s; check the machine's clock, then enrol it again with: einsora-agent enroll", leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return ca.MachineID(leaf)
+}
+
+// WaitingPolls is how many long polls are holding now, their work done.
+// Load shedding counts requests in flight less these, which cost nothing
+// while they wait.
+func (h *Hub) WaitingPolls() int { return int(h.polls.held.Load()) }
+
+// EnrollHandler serves POST /agent/v1/enroll, which needs no client
+// certificate: the token authenticates it.
+func (h *Hub) EnrollHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			writeError(w, http.StatusMethodNotAllowed, "use POST")
+			return
+		}
+		req, err := DecodeEnrollRequest(http.MaxBytesReader(w, r.Body, protocol.MaxEnrollBody))
+		if err != nil {
+			writeDecodeError(w, err)
+			return
+		}
+		resp, err := h.Enroll(r.Context(), req)
+		h.writeCertAnswer(w, r, resp, err)
+	})
+}
+
+// RenewHandler serves POST /agent/v1/renew, authenticated by the machine's
+// current client certificate (named by identify).
+func (h *Hub) RenewHandler(identify func(*http.Request) (string, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			writeError(w, http.StatusMethodNotAllowed, "use POST")
+			return
+		}
+		machineID, err := identify(r)
+		if err != nil {
+			writeError(w, http.StatusUnauthorized, err.Error())
+			return
+		}
+		var in protocol.RenewRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxEnrollBody))
+		if err := dec.Decode(&in); err != nil {
+			writeDecodeError(w, fmt.Errorf("decode renew request: %w", err))
+			return
+		}
+		csr, err := ca.ParseCSR(in.CSR)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "renew request: "+err.Error())
+			return
+		}
+		resp, err := h.Renew(r.Context(), machineID, csr)
+		h.writeCertAnswer(w, r, resp, err)
+	})
+}
+
+func writeDecodeError(w http.ResponseWriter, err error) {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", tooBig.Limit))
+		return
+	}
+	writeError(w, http.StatusBadRequest, oneLine(err.Error()))
+}
+
+func (h *Hub) writeCertAnswer(w http.ResponseWriter, r *http.Request, resp *protocol.CertificateResponse, err error) {
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, resp)
+	case errors.Is(err, ErrTokenRefused):
+		writeError(w, http.StatusUnauthorized, err.Error())
+	case errors.Is(err, ErrRevoked):
+		writeError(w, http.StatusForbidden, err.Error()+"; an operator revoked this machine: delete the machine-id file in the agent's state directory and enrol it as a new machine")
+	case errors.Is(err, ErrUnknownMachine):
+		writeError(w, http.StatusForbidden, err.Error()+"; enrol the machine again with: einsora-agent enroll")
+	case errors.Is(err, ErrForbidden):
+		writeError(w, http.StatusForbidden, err.Error())
+	case errors.Is(err, ErrNoCA):
+		writeError(w, http.StatusNotFound, "this hub enrols no machines; use a hub started with: einsora-hub serve")
+	case r.Context().Err() != nil:
+	default:
+		h.log.Error("enrolment failed", "err", err)
+		writeError(w, http.StatusInternalServerError, "the hub failed to sign a certificate; try again later")
+	}
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func (h *Hub) adminCreateToken(w http.ResponseWriter, r *http.Request) {
+	var in adminapi.CreateToken
+	if err := decode(r, &in); err != nil {
+		h.writeErr(w, err)
+		return
+	}
+	if in.TTLSeconds < 0 || in.TTLSeconds > int64(MaxTokenTTL/time.Second) {
+		h.writeErr(w, fmt.Errorf("%w: ttl of %d seconds: want between %s and %s", ErrInvalid, in.TTLSeconds, MinTokenTTL, MaxTokenTTL))
+		return
+	}
+	tok, expires, err := h.CreateEnrollToken(r.Context(), in.Owner, in.Region, time.Duration(in.TTLSeconds)*time.Second)
+	if err != nil {
+		h.writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, adminapi.Token{Token: tok.String(), Owner: in.Owner, Region: in.Region, Expires: expires})
+}

@@ -1,0 +1,156 @@
+package serve
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"einsora.dev/edge/clock"
+	"einsora.dev/edge/hub"
+	"einsora.dev/edge/hub/ca"
+	"einsora.dev/edge/hub/store/sqlite"
+)
+
+func TestBucketsRefillAndForget(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
+	b := newBuckets(clk, 5, 20)
+	for i := range 20 {
+		if ok, _ := b.take("m-1"); !ok {
+			t.Fatalf("request %d of the burst refused", i)
+		}
+	}
+	ok, wait := b.take("m-1")
+	if ok || wait <= 0 || wait > 200*time.Millisecond {
+		t.Fatalf("21st request: ok %v, wait %s; want refused for at most 1/5 s", ok, wait)
+	}
+	if ok, _ := b.take("m-2"); !ok {
+		t.Error("another machine's request refused")
+	}
+	clk.Advance(200 * time.Millisecond)
+	if ok, _ := b.take("m-1"); !ok {
+		t.Error("not refilled after 1/5 s")
+	}
+	clk.Advance(time.Hour)
+	b.take("m-3")
+	b.mu.Lock()
+	n := len(b.m)
+	b.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d buckets kept after an idle hour, want only the one just used", n)
+	}
+}
+
+func testServer(t *testing.T, lim Limits) *Server {
+	t.Helper()
+	dir := t.TempDir()
+	authority, err := ca.Open(ca.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "hub.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	h, err := hub.New(context.Background(), hub.Config{Store: st, CA: authority, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := authority.ServerCertificate([]string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewServer(Config{Hub: h, CA: authority, Certificate: cert, Logger: log, Limits: lim})
+}
+
+// Past MaxActive busy requests the hub answers 503 with a jittered
+// Retry-After; waiting polls do not count.
+func TestShedsLoadWith503(t *testing.T) {
+	s := testServer(t, Limits{MaxActive: 2, RetryAfter: time.Second})
+	h := s.srv.Handler
+	s.inflight.Store(2)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/agent/v1/sync", nil))
+	if w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("got %d, want 503", w.Code)
+	}
+	ra, err := strconv.Atoi(w.Header().Get("Retry-After"))
+	if err != nil || ra < 1 || ra > 5 {
+		t.Errorf("Retry-After %q, want 1 to 5 seconds", w.Header().Get("Retry-After"))
+	}
+	s.inflight.Store(0)
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/agent/v1/sync", nil))
+	if w.Code != http.StatusUnauthorized {
+		t.Errorf("under the limit: got %d, want 401 (no certificate)", w.Code)
+	}
+}
+
+// Past MaxHandshakes a new connection is refused at its ClientHello; once
+// a slot frees, connections are accepted again.
+func TestRefusesHandshakesPastTheLimit(t *testing.T) {
+	s := testServer(t, Limits{MaxHandshakes: 1})
+	ln, err := Listen(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { s.Serve(ln); close(done) }()
+	t.Cleanup(func() { s.Close(); <-done })
+	cfg := &tls.Config{RootCAs: s.ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
+
+	s.handshakes.Store(1) // a handshake in flight holds the only slot
+	c, err := tls.Dial("tcp", ln.Addr().String(), cfg)
+	if err == nil {
+		c.Close()
+		t.Fatal("handshake accepted past the limit")
+	}
+	s.handshakes.Store(0)
+	c, err = tls.Dial("tcp", ln.Addr().String(), cfg)
+	if err != nil {
+		t.Fatalf("handshake refused under the limit: %v", err)
+	}
+	c.Close()
+	waitGauge(t, func() bool { return s.Stats().Handshakes == 0 })
+}
+
+func waitGauge(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("handshake slot not given back")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestCertNames(t *testing.T) {
+	ln, err := Listen(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	names := certNames([]string{"hub.example.com", " ", "hub.example.com"}, ln)
+	if names[0] != "hub.example.com" || names[1] != "127.0.0.1" {
+		t.Errorf("got %v", names)
+	}
+	seen := map[string]int{}
+	for _, n := range names {
+		seen[n]++
+	}
+	if seen["hub.example.com"] != 1 || seen["localhost"] != 1 || seen[""] != 0 {
+		t.Errorf("got %v", names)
+	}
+	if got := agentURL(ln, names); got != "https://"+ln.Addr().String() {
+		t.Errorf("agent URL %s", got)
+	}
+}

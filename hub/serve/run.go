@@ -1,0 +1,213 @@
+package serve
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"einsora.dev/edge/clock"
+	"einsora.dev/edge/hub"
+	"einsora.dev/edge/hub/ca"
+	"einsora.dev/edge/hub/store/sqlite"
+)
+
+// Options configures Run.
+type Options struct {
+	DataDir string
+	// Store is a store URL; only "" (SQLite in DataDir) is supported in
+	// this build.
+	Store     string
+	Listen    string
+	AdminAddr string
+	Region    string
+	// Names are the host names and addresses agents dial the hub by; the
+	// server certificate holds them, the host name and DefaultNames.
+	Names   []string
+	DrainTo string
+	Logger  *slog.Logger
+	// ClientCertLifetime is how long machines' certificates are valid;
+	// zero means 30 days.
+	ClientCertLifetime time.Duration
+	// Hub tunes the hub; Store, CA, Region, Logger and Clock are set by Run.
+	Hub    hub.Config
+	Limits Limits
+	// Ready, if set, is called once both APIs listen.
+	Ready func(adminURL, agentURL string)
+}
+
+// Run runs a networked hub until ctx is done, then drains: waiting agents
+// are told to reconnect (to DrainTo, if set) before it returns.
+func Run(ctx context.Context, opts Options) error {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if opts.Store != "" {
+		return errorf("--store %s: not supported in this build; leave it out to use SQLite in --data", redact(opts.Store))
+	}
+	if opts.DrainTo != "" {
+		if err := checkDrainTo(opts.DrainTo); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+		return errorf("data dir: %w", err)
+	}
+	token, err := hub.LoadOrCreateAdminToken(opts.DataDir)
+	if err != nil {
+		return errorf("%w", err)
+	}
+	clk := opts.Hub.Clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	authority, err := ca.Open(ca.Options{Dir: opts.DataDir, Clock: clk, ClientLifetime: opts.ClientCertLifetime})
+	if err != nil {
+		return errorf("%w", err)
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(opts.DataDir, "hub.db"))
+	if err != nil {
+		return errorf("%w", err)
+	}
+	defer st.Close()
+	hcfg := opts.Hub
+	hcfg.Store, hcfg.CA, hcfg.Region, hcfg.Logger, hcfg.Clock = st, authority, opts.Region, log, clk
+	h, err := hub.New(ctx, hcfg)
+	if err != nil {
+		return errorf("%w", err)
+	}
+
+	adminLn, err := net.Listen("tcp", opts.AdminAddr)
+	if err != nil {
+		return errorf("admin API: %w (is another hub running? pick another with --admin)", err)
+	}
+	defer adminLn.Close()
+	if host, _, _ := net.SplitHostPort(adminLn.Addr().String()); !net.ParseIP(host).IsLoopback() {
+		log.Warn("the admin API listens beyond loopback; anyone who reaches it with the admin token administers the hub", "admin", adminLn.Addr())
+	}
+	agentLn, err := Listen(ctx, opts.Listen)
+	if err != nil {
+		return errorf("agents' API: %w (pick another address with --listen)", err)
+	}
+	names := certNames(opts.Names, agentLn)
+	cert, err := authority.ServerCertificate(names)
+	if err != nil {
+		agentLn.Close()
+		return errorf("%w", err)
+	}
+	srv := NewServer(Config{
+		Hub: h, CA: authority, Certificate: cert, Clock: clk, Logger: log,
+		PollTimeout: opts.Hub.PollTimeout, DrainTo: opts.DrainTo, Limits: opts.Limits,
+	})
+	admin := &http.Server{Handler: h.AdminHandler(token), ReadHeaderTimeout: 10 * time.Second}
+	adminURL := "http://" + adminLn.Addr().String()
+	agentsURL := agentURL(agentLn, names)
+	fp := authority.Fingerprint()
+	log.Info("hub serving", "admin", adminURL, "agents", agentsURL, "region", cmp.Or(opts.Region, "local"), "data", opts.DataDir,
+		"ca_fingerprint", strings.ToLower(encodeFP(fp[:])), "names", names)
+	if opts.Ready != nil {
+		opts.Ready(adminURL, agentsURL)
+	}
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	wg.Go(func() { errs <- h.Run(runCtx) })
+	wg.Go(func() {
+		if err := admin.Serve(adminLn); !errors.Is(err, http.ErrServerClosed) {
+			errs <- errorf("admin API: %w", err)
+		}
+	})
+	agentDone := make(chan struct{})
+	wg.Go(func() {
+		defer close(agentDone)
+		if err := srv.Serve(agentLn); err != nil {
+			errs <- errorf("agents' API: %w", err)
+		}
+	})
+	select {
+	case <-ctx.Done():
+	case <-agentDone:
+	}
+	drainCtx, done := context.WithTimeout(context.Background(), 10*time.Second)
+	defer done()
+	srv.Drain(drainCtx)
+	admin.Shutdown(drainCtx)
+	cancel()
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		if err != nil {
+			all = append(all, err)
+		}
+	}
+	log.Info("hub stopped")
+	return errors.Join(all...)
+}
+
+func checkDrainTo(s string) error {
+	if !strings.HasPrefix(s, "https://") || strings.ContainsAny(s, " \t\n") {
+		return errorf("--drain-to %q: want the https:// URL of the hub the agents should move to", s)
+	}
+	return nil
+}
+
+// certNames is what the server certificate must cover: the given names,
+// the address listened on if it is a specific one, the host name, and the
+// loopback names.
+func certNames(given []string, ln net.Listener) []string {
+	names := slices.Clone(given)
+	if host, _, err := net.SplitHostPort(ln.Addr().String()); err == nil {
+		if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
+			names = append(names, ip.String())
+		}
+	}
+	if hn, err := os.Hostname(); err == nil && hn != "" {
+		names = append(names, strings.ToLower(hn))
+	}
+	names = append(names, DefaultNames...)
+	out := names[:0]
+	seen := map[string]bool{}
+	for _, n := range names {
+		n = strings.TrimSpace(n)
+		if n != "" && !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// redact hides a store URL's password.
+func redact(s string) string {
+	if i := strings.Index(s, "@"); i >= 0 {
+		if j := strings.Index(s, "://"); j >= 0 && j < i {
+			return s[:j+3] + "…" + s[i:]
+		}
+	}
+	return s
+}
+
+func encodeFP(b []byte) string {
+	const hexdigits = "0123456789ABCDEF"
+	var sb strings.Builder
+	for i, c := range b {
+		if i > 0 {
+			sb.WriteByte(':')
+		}
+		sb.WriteByte(hexdigits[c>>4])
+		sb.WriteByte(hexdigits[c&15])
+	}
+	return sb.String()
+}

@@ -1,0 +1,368 @@
+// Package serve runs a networked hub: the agents' API over HTTPS with mutual
+// TLS (enrolment, renewal, sync), the admin API on loopback, and the
+// controller. Its Server can also be used alone, over any hub and CA, which
+// is how tests and benchmarks run it.
+package serve
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"einsora.dev/edge/clock"
+	"einsora.dev/edge/hub"
+	"einsora.dev/edge/hub/adminapi"
+	"einsora.dev/edge/hub/ca"
+	"einsora.dev/edge/protocol"
+)
+
+// Keepalives of the hub's side. The agent pings (hubclient.PingAfter) and
+// its polls arrive every poll hold, so the hub's pings are the backstop that
+// frees connections of agents that vanished: after PingAfter without a
+// frame, a ping, and the connection closes if it is not answered within
+// PingTimeout. A vanished agent's poll ends at the hold anyway, so its
+// machine goes offline on the 45 s rule. TCP keepalives come after that, for
+// HTTP/1.1. docs/operations.md has the reasoning and the figures.
+const (
+	PingAfter      = 45 * time.Second
+	PingTimeout    = 10 * time.Second
+	KeepAliveIdle  = 60 * time.Second
+	KeepAliveIntvl = 10 * time.Second
+	KeepAliveCount = 3
+	// maxStreams bounds the requests one connection carries at once: an
+	// agent needs two (its poll and a renewal).
+	maxStreams = 8
+)
+
+// Config configures a Server.
+type Config struct {
+	Hub *hub.Hub
+	CA  *ca.CA
+	// Certificate is the hub's TLS certificate, chained to CA.
+	Certificate tls.Certificate
+	Clock       clock.Clock
+	Logger      *slog.Logger
+	// PollTimeout is the hub's poll hold; the write timeout is above it.
+	PollTimeout time.Duration
+	// DrainTo is where a draining hub sends its agents; "" means back to
+	// this address, once it is up again.
+	DrainTo string
+	Limits  Limits
+}
+
+// Server serves the agents' API. Create it with NewServer, run it with
+// Serve, stop it with Drain or Close.
+type Server struct {
+	hub    *hub.Hub
+	ca     *ca.CA
+	clk    clock.Clock
+	log    *slog.Logger
+	limits Limits
+	base   *tls.Config
+	srv    *http.Server
+	// drainTo is immutable.
+	drainTo string
+
+	machines   *buckets
+	enrollers  *buckets
+	handshakes atomic.Int64
+	inflight   atomic.Int64
+
+	// mu guards the following fields.
+	mu       sync.Mutex
+	draining bool
+	polls    map[*pollEntry]struct{}
+}
+
+type pollEntry struct{ cancel context.CancelFunc }
+
+// NewServer returns a server of cfg.Hub's agents.
+func NewServer(cfg Config) *Server {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.PollTimeout <= 0 {
+		cfg.PollTimeout = hub.DefaultPollTimeout
+	}
+	lim := cfg.Limits.withDefaults(runtime.GOMAXPROCS(0))
+	s := &Server{
+		hub: cfg.Hub, ca: cfg.CA, clk: cfg.Clock, log: cfg.Logger.With("component", "agent-api"),
+		limits: lim, drainTo: cfg.DrainTo,
+		machines:  newBuckets(cfg.Clock, lim.Rate, lim.Burst),
+		enrollers: newBuckets(cfg.Clock, lim.EnrollRate, lim.EnrollBurst),
+		polls:     make(map[*pollEntry]struct{}),
+	}
+	s.base = &tls.Config{
+		MinVersion:       tls.VersionTLS13,
+		Certificates:     []tls.Certificate{cfg.Certificate},
+		ClientAuth:       tls.VerifyClientCertIfGiven,
+		ClientCAs:        cfg.CA.Pool(),
+		NextProtos:       []string{"h2", "http/1.1"},
+		VerifyConnection: s.verifyConnection,
+		Time:             cfg.Clock.Now,
+	}
+	mux := http.NewServeMux()
+	identify := cfg.Hub.IdentifyClientCert
+	mux.Handle(protocol.SyncPath, s.limitMachine(s.drainable(cfg.Hub.SyncHandler(identify))))
+	mux.Handle(protocol.RenewPath, s.limitMachine(cfg.Hub.RenewHandler(identify)))
+	mux.Handle(protocol.EnrollPath, s.limitEnroll(cfg.Hub.EnrollHandler()))
+	s.srv = &http.Server{
+		Handler:           s.shed(mux),
+		ReadHeaderTimeout: lim.ReadHeaderTimeout,
+		ReadTimeout:       30 * time.Second,
+		// Above the poll hold: a poll answered at the timeout is
+		// written, not cut.
+		WriteTimeout:   cfg.PollTimeout + 30*time.Second,
+		IdleTimeout:    lim.IdleTimeout,
+		MaxHeaderBytes: 16 << 10,
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: maxStreams,
+			SendPingTimeout:      PingAfter,
+			PingTimeout:          PingTimeout,
+		},
+		// Refused handshakes are the agents' business, not the
+		// operator's: they show at debug level.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.srv.TLSConfig = &tls.Config{GetConfigForClient: s.configForClient, NextProtos: s.base.NextProtos}
+	return s
+}
+
+// TLSConfig is the server's TLS configuration, without the accounting of
+// handshakes in flight: TLS 1.3 only, client certificates verified against
+// the CA when given, revoked and unknown machines refused in
+// VerifyConnection (which runs on resumed sessions too).
+func (s *Server) TLSConfig() *tls.Config { return s.base.Clone() }
+
+// Listen listens on addr with the TCP keepalives of the package.
+func Listen(ctx context.Context, addr string) (net.Listener, error) {
+	lc := net.ListenConfig{KeepAliveConfig: net.KeepAliveConfig{
+		Enable: true, Idle: KeepAliveIdle, Interval: KeepAliveIntvl, Count: KeepAliveCount,
+	}}
+	return lc.Listen(ctx, "tcp", addr)
+}
+
+// Serve serves agents on ln until Drain or Close; then it returns nil.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.srv.ServeTLS(&countingListener{Listener: ln, handshakes: &s.handshakes}, "", "")
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// configForClient runs at each ClientHello: it refuses the handshake when
+// too many are in flight, and binds the handshake's end to its conn.
+func (s *Server) configForClient(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+	c, ok := hello.Conn.(*countedConn)
+	if !ok {
+		return s.base, nil
+	}
+	if !c.begin(s.limits.MaxHandshakes) {
+		return nil, errors.New("too many handshakes in flight; shedding load")
+	}
+	cfg := s.base.Clone()
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		c.end()
+		err := s.verifyConnection(cs)
+		if err != nil {
+			c.refused.Store(true)
+		}
+		return err
+	}
+	return cfg, nil
+}
+
+// verifyConnection refuses a client certificate whose machine is unknown
+// or revoked. A connection without one may only enrol: the sync and renew
+// handlers answer it 401.
+func (s *Server) verifyConnection(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return nil
+	}
+	id, err := ca.MachineID(cs.PeerCertificates[0])
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.hub.CheckMachine(ctx, id); err != nil {
+		s.log.Debug("handshake refused", "machine", id, "err", err, "resumed", cs.DidResume)
+		return err
+	}
+	return nil
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(adminapi.Error{Error: msg})
+}
+
+// shed answers 503 with Retry-After when more requests are busy than
+// MaxActive; waiting long polls do not count.
+func (s *Server) shed(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := s.inflight.Add(1)
+		defer s.inflight.Add(-1)
+		if n-int64(s.hub.WaitingPolls()) > int64(s.limits.MaxActive) {
+			ra := s.limits.RetryAfter + rand.N(s.limits.RetryAfter*4+1)
+			retryAfterHeader(w, ra)
+			writeError(w, http.StatusServiceUnavailable, "the hub is busy; the agent retries after Retry-After")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// limitMachine holds each machine to its token bucket.
+func (s *Server) limitMachine(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := s.hub.IdentifyClientCert(r)
+		if err == nil {
+			if ok, wait := s.machines.take(id); !ok {
+				retryAfterHeader(w, wait)
+				writeError(w, http.StatusTooManyRequests, "too many requests from this machine; the agent retries after Retry-After")
+				return
+			}
+		}
+		next.ServeHTTP(w, r) // which answers 401 without a certificate
+	})
+}
+
+// limitEnroll holds each remote address to its token bucket.
+func (s *Server) limitEnroll(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		if ok, wait := s.enrollers.take(host); !ok {
+			retryAfterHeader(w, wait)
+			writeError(w, http.StatusTooManyRequests, "too many enrolments from this address; try again after Retry-After")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// drainable lets Drain end a waiting poll with a directed reconnect.
+func (s *Server) drainable(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		e := &pollEntry{cancel: cancel}
+		s.mu.Lock()
+		if s.draining {
+			s.mu.Unlock()
+			s.writeReconnect(w)
+			return
+		}
+		s.polls[e] = struct{}{}
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			delete(s.polls, e)
+			s.mu.Unlock()
+		}()
+		tw := &trackingWriter{ResponseWriter: w}
+		next.ServeHTTP(tw, r.WithContext(ctx))
+		if !tw.wrote && r.Context().Err() == nil && s.isDraining() {
+			s.writeReconnect(w)
+		}
+	})
+}
+
+func (s *Server) isDraining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}
+
+func (s *Server) writeReconnect(w http.ResponseWriter) {
+	resp := protocol.SyncResponse{
+		StoreID: s.hub.StoreID(), Unchanged: true, Workloads: []protocol.DesiredWorkload{},
+		Reconnect: &protocol.Reconnect{URL: s.drainTo}, HubTime: s.clk.Now(),
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	json.NewEncoder(w).Encode(resp)
+}
+
+type trackingWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (t *trackingWriter) WriteHeader(code int) {
+	t.wrote = true
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *trackingWriter) Write(b []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriter.Write(b)
+}
+
+// Drain stops the server gently: every waiting poll is answered at once
+// with a directed reconnect (to DrainTo, or "" for this address), new
+// polls get the same answer, the listener closes, and Drain returns when
+// the answers are written or ctx is done (then it closes what is left).
+func (s *Server) Drain(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	n := len(s.polls)
+	for e := range s.polls {
+		e.cancel()
+	}
+	s.mu.Unlock()
+	s.log.Info("draining: directed reconnects sent to waiting agents", "polls", n, "to", s.drainTo)
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		s.srv.Close()
+	}
+	return err
+}
+
+// Close stops the server at once, cutting every connection: what a crash
+// looks like to agents.
+func (s *Server) Close() error { return s.srv.Close() }
+
+// Stats are the server's gauges, for tests and operators.
+type Stats struct {
+	Handshakes int64 // TLS handshakes in flight
+	Requests   int64 // requests in flight, waiting polls included
+}
+
+// Stats returns the gauges now.
+func (s *Server) Stats() Stats {
+	return Stats{Handshakes: s.handshakes.Load(), Requests: s.inflight.Load()}
+}
+
+// DefaultNames are the names the server certificate holds besides the
+// host name and --name flags: an agent on the hub's own machine can reach
+// it by them.
+var DefaultNames = []string{"localhost", "127.0.0.1", "::1"}
+
+func agentURL(ln net.Listener, names []string) string {
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = names[0]
+	}
+	return "https://" + net.JoinHostPort(host, port)
+}
+
+func errorf(format string, args ...any) error { return fmt.Errorf("serve: "+format, args...) }
