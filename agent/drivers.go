@@ -19,10 +19,12 @@ import (
 var ErrUnknownDriver = errors.New("unknown driver")
 
 // BuildDrivers makes the drivers named in list (comma-separated) with their
-// state under stateDir. "auto" means every real driver that answers now,
+// state under stateDir. machineID scopes what a driver sees on a runtime it
+// may share with other agents (a fleet on one box, an engine shared by
+// tests); see LoadMachineID. "auto" means every real driver that answers now,
 // and sim when none does, so a fresh development machine still runs
 // something. The returned func closes them.
-func BuildDrivers(ctx context.Context, list, stateDir string, clk clock.Clock, log *slog.Logger) (*drivers.Host, func(), error) {
+func BuildDrivers(ctx context.Context, list, stateDir, machineID string, clk clock.Clock, log *slog.Logger) (*drivers.Host, func(), error) {
 	var ds []drivers.Driver
 	closeAll := func() {
 		for _, d := range ds {
@@ -40,7 +42,7 @@ func BuildDrivers(ctx context.Context, list, stateDir string, clk clock.Clock, l
 			}
 			ds = append(ds, d)
 		case docker.NameContainer, docker.NameSandbox:
-			d, err := docker.New(docker.Options{Name: name, StateDir: stateDir, Logger: log})
+			d, err := docker.New(docker.Options{Name: name, Machine: machineID, StateDir: stateDir, Logger: log})
 			if err != nil {
 				return err
 			}

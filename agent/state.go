@@ -55,6 +55,15 @@ func lockState(dir string) (*flock.Flock, error) {
 	return fl, nil
 }
 
+// LoadMachineID returns the ID of the machine whose agent keeps its state
+// in dir, making the directory and the ID the first time.
+func LoadMachineID(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("state dir: %w", err)
+	}
+	return loadMachineID(dir)
+}
+
 // loadMachineID reads the machine's ID, making and saving one the first
 // time. The ID lives next to the agent's database, never derived from the
 // hostname, so a renamed machine stays itself and a copied disk is caught by

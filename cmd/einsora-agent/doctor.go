@@ -32,7 +32,8 @@ func doctorCmd() *cobra.Command {
 			// made only in a state directory that exists: the doctor
 			// creates nothing.
 			if _, err := os.Stat(stateDir); err == nil {
-				if host, closeDrivers, err := agent.BuildDrivers(ctx, driverList, stateDir, clock.Real{}, log); err == nil {
+				st, _ := agent.ReadStatus(stateDir)
+				if host, closeDrivers, err := agent.BuildDrivers(ctx, driverList, stateDir, st.MachineID, clock.Real{}, log); err == nil {
 					defer closeDrivers()
 					cfg.Drivers = host
 				}

@@ -46,7 +46,11 @@ func runCmd() *cobra.Command {
 		Args:  cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-			host, closeDrivers, err := agent.BuildDrivers(cmd.Context(), driverList, stateDir, clock.Real{}, log)
+			id, err := agent.LoadMachineID(stateDir)
+			if err != nil {
+				return err
+			}
+			host, closeDrivers, err := agent.BuildDrivers(cmd.Context(), driverList, stateDir, id, clock.Real{}, log)
 			if errors.Is(err, agent.ErrUnknownDriver) {
 				return &cli.UsageError{Err: err}
 			}

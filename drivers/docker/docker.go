@@ -42,6 +42,10 @@ const (
 	// cannot change, so later attempts live in the driver's record.
 	LabelAttempt = "dev.einsora.attempt"
 	LabelDriver  = "dev.einsora.driver"
+	// LabelMachine is the machine ID of the agent whose driver made it:
+	// two agents on one engine (a fleet on one box, a test beside a
+	// running agent) each see only their own.
+	LabelMachine = "dev.einsora.machine"
 )
 
 // Driver names: the plain variant and the gVisor one.
@@ -75,6 +79,10 @@ type Options struct {
 	Host string
 	// Name is NameContainer (the default) or NameSandbox.
 	Name string
+	// Machine is the agent's machine ID. When set, everything the driver
+	// makes carries it, and the driver lists and touches only what carries
+	// it.
+	Machine string
 	// StateDir holds the driver's record of attempts and stop requests
 	// (one small JSON file named after the driver). Empty keeps the record
 	// in memory only: after an agent restart, List then reports the
@@ -94,6 +102,7 @@ type Options struct {
 // Driver is the Docker driver. Its methods are safe for concurrent use.
 type Driver struct {
 	name        string
+	machine     string
 	isolation   protocol.Isolation
 	runtime     string // "" for the engine's default
 	cli         *client.Client
@@ -124,6 +133,7 @@ var (
 func New(o Options) (*Driver, error) {
 	d := &Driver{
 		name:        o.Name,
+		machine:     o.Machine,
 		log:         o.Logger,
 		callTimeout: o.CallTimeout,
 		stopGrace:   o.StopGrace,
@@ -338,11 +348,11 @@ func (d *Driver) createAndStart(ctx context.Context, spec drivers.Spec, hc *cont
 	}
 	cfg := &container.Config{
 		Image: spec.Image,
-		Labels: map[string]string{
+		Labels: d.labels(map[string]string{
 			LabelWorkload: w,
 			LabelAttempt:  strconv.FormatInt(spec.Attempt, 10),
 			LabelDriver:   d.name,
-		},
+		}),
 	}
 	cctx, cancel := d.call(ctx)
 	res, err := d.cli.ContainerCreate(cctx, client.ContainerCreateOptions{
@@ -438,7 +448,7 @@ func (d *Driver) ensureVolume(ctx context.Context, w string) error {
 	defer cancel()
 	res, err := d.cli.VolumeCreate(cctx, client.VolumeCreateOptions{
 		Name:   VolumeName(w),
-		Labels: map[string]string{LabelWorkload: w, LabelDriver: d.name},
+		Labels: d.labels(map[string]string{LabelWorkload: w, LabelDriver: d.name}),
 	})
 	if err != nil {
 		return d.wrap(ctx, "create volume", err)
@@ -551,7 +561,7 @@ func (d *Driver) List(ctx context.Context) ([]drivers.Instance, error) {
 	cctx, cancel := d.call(ctx)
 	res, err := d.cli.ContainerList(cctx, client.ContainerListOptions{
 		All:     true,
-		Filters: client.Filters{}.Add("label", LabelWorkload, LabelDriver+"="+d.name),
+		Filters: d.filters(),
 	})
 	cancel()
 	if err != nil {
@@ -679,8 +689,24 @@ func (d *Driver) inspect(ctx context.Context, w string) (*container.InspectRespo
 	return c, nil
 }
 
+// labels adds the machine's label to ls.
+func (d *Driver) labels(ls map[string]string) map[string]string {
+	if d.machine != "" {
+		ls[LabelMachine] = d.machine
+	}
+	return ls
+}
+
+func (d *Driver) filters() client.Filters {
+	f := client.Filters{}.Add("label", LabelWorkload, LabelDriver+"="+d.name)
+	if d.machine != "" {
+		f = f.Add("label", LabelMachine+"="+d.machine)
+	}
+	return f
+}
+
 func (d *Driver) owns(labels map[string]string, w string) bool {
-	return labels[LabelWorkload] == w && labels[LabelDriver] == d.name
+	return labels[LabelWorkload] == w && labels[LabelDriver] == d.name && labels[LabelMachine] == d.machine
 }
 
 // call bounds one engine call by the caller's context and CallTimeout.

@@ -793,3 +793,30 @@ func TestRecords(t *testing.T) {
 		})
 	}
 }
+
+// Two agents on one engine, each with its own machine ID, never see or
+// touch each other's containers.
+func TestMachinesOnOneEngineKeepApart(t *testing.T) {
+	imgs := requireImages(t)
+	a := newTestDriver(t, Options{Machine: "m-a"})
+	b := newTestDriver(t, Options{Machine: "m-b"})
+	w := testPrefix + "machine-a"
+	removeAtEnd(t, a, w)
+	mustStart(t, a, drivers.Spec{Workload: w, Attempt: 1, Image: imgs.serve})
+	waitState(t, a, w, drivers.StateRunning)
+	list, err := b.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range list {
+		if in.Workload == w {
+			t.Fatalf("machine b lists machine a's workload: %+v", in)
+		}
+	}
+	// Whatever b answers, what it does not own is left alone.
+	b.Stop(context.Background(), w)
+	b.Remove(context.Background(), w)
+	if got := waitState(t, a, w, drivers.StateRunning); got.State != drivers.StateRunning {
+		t.Fatalf("machine a's workload is %s after machine b's calls", got.State)
+	}
+}

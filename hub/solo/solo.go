@@ -72,7 +72,12 @@ func Run(ctx context.Context, opts Options) error {
 
 	// The agent first: its lock says whether another solo already runs
 	// on this data directory, before anything else is touched.
-	host, closeDrivers, err := agent.BuildDrivers(ctx, opts.Drivers, filepath.Join(opts.DataDir, "agent"), clk, log)
+	agentDir := filepath.Join(opts.DataDir, "agent")
+	id, err := agent.LoadMachineID(agentDir)
+	if err != nil {
+		return fmt.Errorf("solo: %w", err)
+	}
+	host, closeDrivers, err := agent.BuildDrivers(ctx, opts.Drivers, agentDir, id, clk, log)
 	if err != nil {
 		return fmt.Errorf("solo: %w", err)
 	}
