@@ -109,6 +109,7 @@ func (h *Hub) CreateWorkload(ctx context.Context, spec WorkloadSpec) (store.Work
 	w := store.Workload{
 		ID: newWorkloadID(), Name: spec.Name, Tenant: spec.Tenant, Kind: spec.Kind, Class: spec.Class,
 		Region: spec.Region, Image: spec.Image, State: store.StatePending, Created: now, Since: now,
+		Reason: "waiting for the controller of region " + spec.Region + " to place it",
 	}
 	err := h.store.Update(ctx, func(tx store.Tx) error {
 		if _, err := tx.Tenant(spec.Tenant); errors.Is(err, store.ErrNotFound) {
