@@ -197,16 +197,24 @@ func TestNetworkedAgentEnrolsAndRunsAWorkload(t *testing.T) {
 	}
 }
 
-func TestServeRefusesPostgresInThisBuild(t *testing.T) {
-	cmd := exec.Command(bin("einsora-hub"), "serve", "--data", t.TempDir(), "--store", "postgres://u:secret@db/einsora", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-		t.Fatalf("got %v, want exit 1\n%s", err, out)
-	}
-	msg := strings.TrimSpace(string(out))
-	if !strings.Contains(msg, "not supported in this build") || strings.Contains(msg, "secret") || strings.Contains(msg, "\n") {
-		t.Errorf("got %q, want one line saying it is not supported, without the password", msg)
+func TestServeRefusesBadStores(t *testing.T) {
+	for _, tt := range []struct{ name, store, want string }{
+		{"unknown_scheme", "mysql://u:secret@127.0.0.1/einsora", "want postgres://"},
+		// Port 1 on loopback: refused at once, and no name to look up.
+		{"unreachable_postgres", "postgres://u:secret@127.0.0.1:1/einsora?connect_timeout=2", "open store"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(bin("einsora-hub"), "serve", "--data", t.TempDir(), "--store", tt.store, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+				t.Fatalf("got %v, want exit 1\n%s", err, out)
+			}
+			msg := strings.TrimSpace(string(out))
+			if !strings.Contains(msg, tt.want) || strings.Contains(msg, "secret") || strings.Contains(msg, "\n") {
+				t.Errorf("got %q, want one line with %q, without the password", msg, tt.want)
+			}
+		})
 	}
 }
 

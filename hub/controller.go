@@ -37,9 +37,12 @@ func (h *Hub) timeline(tx store.Tx, workload, text string) error {
 	return tx.AddTimeline(store.TimelineEntry{Workload: workload, At: h.clk.Now(), Text: text})
 }
 
+// wakeAll wakes the machines' long polls, here and, through the store, on
+// every other replica. Call it after the commit that changed them.
 func (h *Hub) wakeAll(ids []string) {
 	for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
 		h.Wake(id)
+		h.notifyReplicas(context.Background(), id)
 	}
 }
 

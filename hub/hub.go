@@ -175,6 +175,12 @@ func (h *Hub) seedClasses(ctx context.Context) error {
 // trying for the lease.
 func (h *Hub) Run(ctx context.Context) error {
 	h.markAllDirty(ctx)
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		h.listenReplicas(ctx)
+	}()
+	defer func() { <-listening }()
 	t := h.clk.NewTimer(0)
 	defer t.Stop()
 	defer h.setEpoch(0)

@@ -76,6 +76,17 @@ func (p *polls) wake(machineID string) {
 	}
 }
 
+// wakeEvery answers every waiting poll: after a replica's notifications
+// may have been missed, each agent fetches its desired state again.
+func (p *polls) wakeEvery() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, w := range p.waiting {
+		close(w.wake)
+		delete(p.waiting, id)
+	}
+}
+
 // connected reports whether a poll of machineID is waiting now.
 func (p *polls) connected(machineID string) bool {
 	p.mu.Lock()
@@ -100,11 +111,14 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 	// the wait is not lost.
 	w, release := h.polls.wait(machineID)
 	defer release()
-	gen, err := h.record(ctx, machineID, req)
+	gen, news, err := h.record(ctx, machineID, req)
 	if err != nil {
 		return nil, err
 	}
-	h.markDirty(machineID)
+	if news {
+		h.markDirty(machineID)
+		h.notifyReplicas(ctx, observePrefix+machineID)
+	}
 	if req.StoreID == h.store.ID() && req.Generation == gen {
 		t := h.clk.NewTimer(h.cfg.PollTimeout)
 		h.polls.held.Add(1)
@@ -154,11 +168,13 @@ func checkRequest(req *protocol.SyncRequest) error {
 }
 
 // record saves what the agent reported and returns the machine's current
-// generation.
-func (h *Hub) record(ctx context.Context, machineID string, req *protocol.SyncRequest) (int64, error) {
+// generation, and whether there is news for the controller: a changed
+// status, or a machine back from silence. An unchanged report of a machine
+// in touch costs the controller nothing.
+func (h *Hub) record(ctx context.Context, machineID string, req *protocol.SyncRequest) (gen int64, news bool, err error) {
 	now := h.clk.Now()
-	var gen int64
-	err := h.store.Update(ctx, func(tx store.Tx) error {
+	err = h.store.Update(ctx, func(tx store.Tx) error {
+		news = false
 		m, err := tx.Machine(machineID)
 		if errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("sync %s: %w", machineID, ErrUnknownMachine)
@@ -170,6 +186,8 @@ func (h *Hub) record(ctx context.Context, machineID string, req *protocol.SyncRe
 			return fmt.Errorf("sync %s: %w", machineID, ErrRevoked)
 		}
 		gen = m.Generation
+		// (Not h.online: this very poll already counts as connected.)
+		news = now.Sub(m.LastSync) >= h.cfg.OfflineAfter || m.LastSync.Before(h.started)
 		if err := h.noteReturn(tx, m, req, now); err != nil {
 			return err
 		}
@@ -216,10 +234,11 @@ func (h *Hub) record(ctx context.Context, machineID string, req *protocol.SyncRe
 			if err := tx.PutStatus(rec); err != nil {
 				return err
 			}
+			news = true
 		}
 		return nil
 	})
-	return gen, err
+	return gen, news, err
 }
 
 // noteReturn writes on the timeline of a machine's workloads what happened

@@ -44,7 +44,8 @@ authority in --data. SIGINT or SIGTERM drains: waiting agents are told to reconn
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.DataDir, "data", cli.DefaultHubDataDir(), "data directory (store, CA, admin token)")
-	f.StringVar(&opts.Store, "store", "", "store URL, e.g. postgres://… (not supported in this build: SQLite in --data is used)")
+	f.StringVar(&opts.Store, "store", "", "PostgreSQL URL (postgres://…) for several hub replicas; default SQLite in --data")
+	f.DurationVar(&opts.Hub.LeaseTTL, "lease-ttl", 0, "how long the region's controller lease lasts unless renewed (default 15s)")
 	f.StringVar(&opts.Listen, "listen", ":8443", "address agents connect to (HTTPS)")
 	f.StringVar(&opts.AdminAddr, "admin", "127.0.0.1:7480", "address of the admin API; keep it on loopback")
 	f.StringVar(&opts.Region, "region", "local", "region this hub's controller places workloads in")

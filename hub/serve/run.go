@@ -17,14 +17,17 @@ import (
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/ca"
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/hub/store/postgres"
 	"einsora.dev/edge/hub/store/sqlite"
 )
 
 // Options configures Run.
 type Options struct {
 	DataDir string
-	// Store is a store URL; only "" (SQLite in DataDir) is supported in
-	// this build.
+	// Store is a PostgreSQL URL for several replicas; "" is SQLite in
+	// DataDir. Replicas on PostgreSQL share one CA: give them one DataDir
+	// content (copy it) so their certificates agree.
 	Store     string
 	Listen    string
 	AdminAddr string
@@ -51,8 +54,8 @@ func Run(ctx context.Context, opts Options) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	if opts.Store != "" {
-		return errorf("--store %s: not supported in this build; leave it out to use SQLite in --data", redact(opts.Store))
+	if opts.Store != "" && !strings.HasPrefix(opts.Store, "postgres://") && !strings.HasPrefix(opts.Store, "postgresql://") {
+		return errorf("--store %s: want postgres://…, or leave it out to use SQLite in --data", redact(opts.Store))
 	}
 	if opts.DrainTo != "" {
 		if err := checkDrainTo(opts.DrainTo); err != nil {
@@ -74,7 +77,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return errorf("%w", err)
 	}
-	st, err := sqlite.Open(ctx, filepath.Join(opts.DataDir, "hub.db"))
+	st, err := openStore(ctx, opts)
 	if err != nil {
 		return errorf("%w", err)
 	}
@@ -210,4 +213,13 @@ func encodeFP(b []byte) string {
 		sb.WriteByte(hexdigits[c&15])
 	}
 	return sb.String()
+}
+
+// openStore opens SQLite in the data directory, or PostgreSQL, through which
+// several replicas share intent and wake-ups.
+func openStore(ctx context.Context, opts Options) (store.Store, error) {
+	if opts.Store == "" {
+		return sqlite.Open(ctx, filepath.Join(opts.DataDir, "hub.db"))
+	}
+	return postgres.Open(ctx, opts.Store)
 }

@@ -42,7 +42,8 @@ func Exec(root *cobra.Command, stderr io.Writer) int {
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", root.Name(), err)
+	// One line, whatever the error holds: scripts read the last line.
+	fmt.Fprintf(stderr, "%s: %s\n", root.Name(), strings.Join(strings.Fields(err.Error()), " "))
 	var ue *UsageError
 	if errors.As(err, &ue) || isCobraUsage(err) {
 		return ExitUsage

@@ -1,0 +1,62 @@
+package hub
+
+import (
+	"context"
+	"strings"
+	"time"
+)
+
+// replicaWaker is implemented by stores that carry wake-ups between hub
+// replicas (PostgreSQL's LISTEN/NOTIFY). A change committed on one replica
+// must reach the replica holding the machine's long poll, and a report
+// recorded on one must reach the region's controller, wherever it runs:
+// the store's notification channel carries both, with no presence table.
+type replicaWaker interface {
+	Notify(ctx context.Context, payload string) error
+	Listen(ctx context.Context, wake func(payload string)) error
+}
+
+// observePrefix marks a notification for the controller: a machine's
+// report changed. Any other payload is a machine to wake.
+const observePrefix = "observe:"
+
+// notifyReplicas tells the other replicas, when the store has any.
+func (h *Hub) notifyReplicas(ctx context.Context, payload string) {
+	rw, ok := h.store.(replicaWaker)
+	if !ok {
+		return
+	}
+	// The caller's commit stands whatever happens here; a lost
+	// notification costs at most one poll timeout of latency.
+	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := rw.Notify(nctx, payload); err != nil {
+		h.log.Warn("cannot notify the other hub replicas; they learn of it at their next poll", "err", err)
+	}
+}
+
+// listenReplicas delivers the other replicas' notifications until ctx is
+// done.
+func (h *Hub) listenReplicas(ctx context.Context) {
+	rw, ok := h.store.(replicaWaker)
+	if !ok {
+		return
+	}
+	err := rw.Listen(ctx, func(payload string) {
+		switch {
+		case payload == "":
+			// Notifications may have been missed: wake everything,
+			// observe everything.
+			h.polls.wakeEvery()
+			h.markAllDirty(ctx)
+			h.wakeController()
+		case strings.HasPrefix(payload, observePrefix):
+			h.markDirty(strings.TrimPrefix(payload, observePrefix))
+		default:
+			h.polls.wake(payload)
+		}
+	})
+	if err != nil && ctx.Err() == nil {
+		h.log.Error("cannot listen for the other hub replicas' notifications", "err", err)
+	}
+}
