@@ -245,6 +245,8 @@ func (h *Hub) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[string]s
 		*wakes = append(*wakes, old)
 	}
 	text := fmt.Sprintf("placed on machine %s with driver %s as class %s (attempt %d)", d.Machine, d.Driver, c.Name, w.Attempt)
+	// The audit trail of admits: which controller, under which epoch.
+	h.log.Info("admit: placed", "workload", w.ID, "machine", d.Machine, "driver", d.Driver, "attempt", w.Attempt, "epoch", h.leaderEpoch())
 	return h.place(tx, w, d, text, wakes)
 }
 
@@ -271,6 +273,7 @@ func (h *Hub) queue(tx store.Tx, w *store.Workload, reason string) error {
 		return nil
 	}
 	w.State, w.Reason, w.Since = store.StateQueued, reason, h.clk.Now()
+	h.log.Info("admit: queued", "workload", w.ID, "reason", reason, "epoch", h.leaderEpoch())
 	if err := tx.PutWorkload(*w); err != nil {
 		return err
 	}
