@@ -21,6 +21,7 @@ import (
 
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hubclient"
+	"einsora.dev/edge/internal/atomicfile"
 	"einsora.dev/edge/protocol"
 )
 
@@ -128,7 +129,7 @@ func Enroll(ctx context.Context, opts EnrollOptions) (*Enrollment, error) {
 		{HubCAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caCert.Raw}), 0o644},
 		{HubFile, append(hubJSON, '\n'), 0o644},
 	} {
-		if err := writeFileAtomic(filepath.Join(dir, f.name), f.data, f.perm); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, f.name), f.data, f.perm); err != nil {
 			return nil, fmt.Errorf("enrol: save %s: %w", f.name, err)
 		}
 	}
@@ -336,7 +337,7 @@ func (n *Network) Renew(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("renew: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(n.dir, CertFile), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw}), 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(n.dir, CertFile), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw}), 0o644); err != nil {
 		return fmt.Errorf("renew: save certificate: %w", err)
 	}
 	if err := n.t.SetCertificate(tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: n.key, Leaf: leaf}); err != nil {

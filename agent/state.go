@@ -13,6 +13,7 @@ import (
 
 	"github.com/gofrs/flock"
 
+	"einsora.dev/edge/internal/atomicfile"
 	"einsora.dev/edge/protocol"
 )
 
@@ -84,7 +85,7 @@ func loadMachineID(dir string) (string, error) {
 	var raw [16]byte
 	rand.Read(raw[:])
 	id := "m-" + hex.EncodeToString(raw[:])
-	if err := writeFileAtomic(path, []byte(id+"\n"), 0o644); err != nil {
+	if err := atomicfile.Write(path, []byte(id+"\n"), 0o644); err != nil {
 		return "", fmt.Errorf("save machine id: %w", err)
 	}
 	return id, nil
@@ -134,41 +135,8 @@ func saveState(dir string, st *localState) error {
 	if err != nil {
 		return fmt.Errorf("encode agent state: %w", err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, stateFile), b, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, stateFile), b, 0o600); err != nil {
 		return fmt.Errorf("save agent state: %w", err)
-	}
-	return nil
-}
-
-// writeFileAtomic writes data durably: a crash leaves the old file or the
-// new one, never a torn one, and a returned nil means it is on disk.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }

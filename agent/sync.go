@@ -10,6 +10,7 @@ import (
 
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hubclient"
+	"einsora.dev/edge/internal/atomicfile"
 	"einsora.dev/edge/protocol"
 )
 
@@ -126,7 +127,7 @@ func (a *Agent) accept(resp *protocol.SyncResponse, req *protocol.SyncRequest) e
 		// For `einsora-agent status`, which runs apart from the agent;
 		// written at most once a minute so an idle agent does not write
 		// on every poll.
-		if err := writeFileAtomic(filepath.Join(a.cfg.StateDir, lastSyncFile), []byte(now.UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+		if err := atomicfile.Write(filepath.Join(a.cfg.StateDir, lastSyncFile), []byte(now.UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
 			a.log.Warn("cannot record the last sync", "err", err)
 		}
 	}

@@ -258,24 +258,10 @@ func (h *Hub) adminTimeline(w http.ResponseWriter, r *http.Request) {
 // SyncHandler serves POST /agent/v1/sync. identify names the machine from
 // the request: its verified client certificate over HTTPS.
 func (h *Hub) SyncHandler(identify func(*http.Request) (string, error)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			writeError(w, http.StatusMethodNotAllowed, "use POST")
-			return
-		}
-		machineID, err := identify(r)
-		if err != nil {
-			writeError(w, http.StatusUnauthorized, err.Error())
-			return
-		}
+	return machineHandler(identify, func(w http.ResponseWriter, r *http.Request, machineID string) {
 		req, err := DecodeSyncRequest(http.MaxBytesReader(w, r.Body, protocol.MaxSyncBody))
 		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("sync body over %d bytes", tooBig.Limit))
-				return
-			}
-			writeError(w, http.StatusBadRequest, err.Error())
+			writeDecodeError(w, err)
 			return
 		}
 		resp, err := h.Sync(r.Context(), machineID, req)
@@ -296,6 +282,23 @@ func (h *Hub) SyncHandler(identify func(*http.Request) (string, error)) http.Han
 		default:
 			writeJSON(w, http.StatusOK, resp)
 		}
+	})
+}
+
+// machineHandler serves POSTs of the machine that identify names (from its
+// client certificate), refusing other methods and unidentified callers.
+func machineHandler(identify func(*http.Request) (string, error), serve func(w http.ResponseWriter, r *http.Request, machineID string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			writeError(w, http.StatusMethodNotAllowed, "use POST")
+			return
+		}
+		machineID, err := identify(r)
+		if err != nil {
+			writeError(w, http.StatusUnauthorized, err.Error())
+			return
+		}
+		serve(w, r, machineID)
 	})
 }
 

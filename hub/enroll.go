@@ -307,16 +307,7 @@ func (h *Hub) EnrollHandler() http.Handler {
 // RenewHandler serves POST /agent/v1/renew, authenticated by the machine's
 // current client certificate (named by identify).
 func (h *Hub) RenewHandler(identify func(*http.Request) (string, error)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			writeError(w, http.StatusMethodNotAllowed, "use POST")
-			return
-		}
-		machineID, err := identify(r)
-		if err != nil {
-			writeError(w, http.StatusUnauthorized, err.Error())
-			return
-		}
+	return machineHandler(identify, func(w http.ResponseWriter, r *http.Request, machineID string) {
 		var in protocol.RenewRequest
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxEnrollBody))
 		if err := dec.Decode(&in); err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -29,11 +28,7 @@ authority in --data. SIGINT or SIGTERM drains: waiting agents are told to reconn
 --drain-to, if set) before the hub exits.`,
 		Args: cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			level := slog.LevelInfo
-			if verbose {
-				level = slog.LevelDebug
-			}
-			opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			opts.Logger = newLogger(verbose)
 			opts.Ready = func(adminURL, agentURL string) {
 				fmt.Fprintf(cmd.OutOrStdout(), "einsora-hub serve: admin API on %s, agents connect to %s, data in %s\n", adminURL, agentURL, opts.DataDir)
 			}

@@ -59,11 +59,7 @@ func soloCmd() *cobra.Command {
 		Short: "Run the hub and an agent for this machine in one process (owner local, region local)",
 		Args:  cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			level := slog.LevelInfo
-			if verbose {
-				level = slog.LevelDebug
-			}
-			opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			opts.Logger = newLogger(verbose)
 			opts.Version = version
 			opts.Ready = func(url string) {
 				fmt.Fprintf(cmd.OutOrStdout(), "einsora-hub solo: admin API on %s, data in %s\n", url, opts.DataDir)
@@ -79,6 +75,16 @@ func soloCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&opts.Hub.PollTimeout, "poll-timeout", 0, "how long a sync is held when nothing changed (default 25s)")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "log debug messages")
 	return cmd
+}
+
+// newLogger logs structured text to stderr, debug messages too when
+// verbose.
+func newLogger(verbose bool) *slog.Logger {
+	level := slog.LevelInfo
+	if verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
 
 type globals struct {

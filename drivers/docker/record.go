@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"einsora.dev/edge/internal/atomicfile"
 )
 
 // entry is what the engine cannot hold about one workload's container:
@@ -102,21 +104,5 @@ func (r *records) write() error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(r.path), filepath.Base(r.path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), r.path)
+	return atomicfile.Write(r.path, b, 0o600)
 }

@@ -31,6 +31,7 @@ import (
 
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/drivers"
+	"einsora.dev/edge/internal/atomicfile"
 	"einsora.dev/edge/protocol"
 )
 
@@ -336,12 +337,7 @@ func (d *Driver) saveLocked(r *record) error {
 	if err != nil {
 		return err
 	}
-	path := d.recordPath(r.Workload)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("sim: save %s: %w", r.Workload, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := atomicfile.Write(d.recordPath(r.Workload), b, 0o600); err != nil {
 		return fmt.Errorf("sim: save %s: %w", r.Workload, err)
 	}
 	return nil

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"einsora.dev/edge/clock"
+	"einsora.dev/edge/internal/atomicfile"
 	"einsora.dev/edge/protocol"
 )
 
@@ -138,7 +139,7 @@ func create(dir string, now time.Time) error {
 	if err := writeKey(filepath.Join(dir, KeyFile), key); err != nil {
 		return err
 	}
-	return writeFile(filepath.Join(dir, CertFile), pemCert(der), 0o644)
+	return atomicfile.Write(filepath.Join(dir, CertFile), pemCert(der), 0o644)
 }
 
 // Certificate is the CA certificate.
@@ -240,7 +241,7 @@ func (c *CA) ServerCertificate(names []string) (tls.Certificate, error) {
 	if err := writeKey(keyPath, key); err != nil {
 		return tls.Certificate{}, fmt.Errorf("server certificate: %w", err)
 	}
-	if err := writeFile(certPath, pemCert(der), 0o644); err != nil {
+	if err := atomicfile.Write(certPath, pemCert(der), 0o644); err != nil {
 		return tls.Certificate{}, fmt.Errorf("server certificate: %w", err)
 	}
 	leaf, err := x509.ParseCertificate(der)
@@ -373,30 +374,5 @@ func writeKey(path string, key *ecdsa.PrivateKey) error {
 	if err != nil {
 		return err
 	}
-	return writeFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
-}
-
-// writeFile writes data durably and atomically with mode perm.
-func writeFile(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
 }
