@@ -48,8 +48,11 @@ func (h *Hub) listenReplicas(ctx context.Context) {
 			// Notifications may have been missed: wake everything,
 			// observe everything.
 			h.polls.wakeEvery()
-			h.markAllDirty(ctx)
-			h.wakeController()
+			// Off the listener's goroutine: it reads the store.
+			go func() {
+				h.markAllDirty(ctx)
+				h.wakeController()
+			}()
 		case strings.HasPrefix(payload, observePrefix):
 			h.markDirty(strings.TrimPrefix(payload, observePrefix))
 		default:
