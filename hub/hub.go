@@ -183,7 +183,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	defer func() { <-listening }()
 	t := h.clk.NewTimer(0)
 	defer t.Stop()
-	defer h.setEpoch(0)
+	defer h.release(context.WithoutCancel(ctx))
 	renewed := time.Time{}
 	for {
 		select {

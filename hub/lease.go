@@ -109,3 +109,26 @@ func (h *Hub) fence(tx store.Tx) error {
 	}
 	return nil
 }
+
+// release gives the lease up on a clean stop, so a standby (or this hub,
+// restarted) takes over at once instead of waiting out the lease.
+func (h *Hub) release(ctx context.Context) {
+	epoch := h.leaderEpoch()
+	if epoch == 0 {
+		return
+	}
+	h.setEpoch(0)
+	err := h.store.Update(ctx, func(tx store.Tx) error {
+		l, err := tx.Lease(h.leaseName())
+		if err != nil || l.Holder != h.cfg.HolderID || l.Epoch != epoch {
+			return err
+		}
+		l.Expires = h.clk.Now()
+		return tx.PutLease(l)
+	})
+	if err != nil {
+		h.log.Warn("cannot give up the region's lease; a standby takes over when it expires", "err", err)
+		return
+	}
+	h.log.Info("gave up the region's lease", "lease", h.leaseName(), "epoch", epoch)
+}

@@ -278,3 +278,22 @@ func TestRebootAndPartitionToldApartOnTimeline(t *testing.T) {
 		})
 	}
 }
+
+func TestRule9_CleanStopGivesTheLeaseUp(t *testing.T) {
+	a := newTestHub(t)
+	a.machine("m-1")
+	b := openTestHub(t, a.path, a.clk)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	waitTimers(t, a.clk, 1) // a's controller has passed and waits
+	if leading, _ := a.Leadership(); !leading {
+		t.Fatal("a does not lead")
+	}
+	cancel()
+	<-done
+	// Without waiting out the lease, b takes over.
+	if err := b.Pass(context.Background()); err != nil {
+		t.Fatalf("standby after a clean stop: %v", err)
+	}
+}

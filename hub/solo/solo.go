@@ -113,6 +113,12 @@ func Run(ctx context.Context, opts Options) error {
 	defer st.Close()
 	hcfg := opts.Hub
 	hcfg.Store, hcfg.Logger, hcfg.Clock = st, log, clk
+	if hcfg.HolderID == "" {
+		// The agent's lock proves no other solo runs on this data
+		// directory, so a restarted solo may take its own lease back at
+		// once, even after a kill -9.
+		hcfg.HolderID = "solo:" + machineID
+	}
 	h, err = hub.New(ctx, hcfg)
 	if err != nil {
 		return fmt.Errorf("solo: %w", err)
