@@ -85,6 +85,10 @@ type Hub struct {
 	silent bool
 
 	lead leadership
+
+	// desired caches each machine's desired state under its generation
+	// (machine ID → *protocol.SyncResponse), read without a global lock.
+	desired sync.Map
 }
 
 // New returns a hub over cfg.Store, seeding the default classes into a new

@@ -493,3 +493,27 @@ func TestNoOverCommitUnderConcurrentAdmits(t *testing.T) {
 		t.Errorf("placed %d CPUs on a machine of 8, want exactly 8", cpus)
 	}
 }
+
+// Desired state is cached under the machine's generation: a change that
+// bumps it is served at once, and an answer within one generation reads
+// one row.
+func TestDesiredCachedPerGeneration(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	w := h.create("web", protocol.KindContainer)
+	h.pass()
+	first := h.desired("m-1")
+	if err := h.CreateClass(context.Background(), store.Class{Name: "cpu-1", Accelerator: "none", CPUs: 3, MemoryMB: 2048}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.desired("m-1"); got.Workloads[0].Resources.CPUs != first.Workloads[0].Resources.CPUs {
+		t.Errorf("within one generation the answer changed: %+v", got.Workloads[0].Resources)
+	}
+	if err := h.ParkWorkload(context.Background(), w.ID); err != nil {
+		t.Fatal(err)
+	}
+	got := h.desired("m-1")
+	if got.Generation <= first.Generation || got.Workloads[0].Mode != protocol.ModePark || got.Workloads[0].Resources.CPUs != 3 {
+		t.Errorf("after a change: got %+v, want the new generation, parked, 3 CPUs", got)
+	}
+}

@@ -294,7 +294,7 @@ func (h *Hub) acceptInventory(m *store.Machine, inv *protocol.Inventory) {
 
 // Desired computes the machine's complete desired state from the store.
 func (h *Hub) Desired(ctx context.Context, machineID string) (*protocol.SyncResponse, error) {
-	resp := &protocol.SyncResponse{StoreID: h.store.ID(), Workloads: []protocol.DesiredWorkload{}}
+	var resp *protocol.SyncResponse
 	err := h.store.View(ctx, func(tx store.Tx) error {
 		m, err := tx.Machine(machineID)
 		if err != nil {
@@ -304,33 +304,52 @@ func (h *Hub) Desired(ctx context.Context, machineID string) (*protocol.SyncResp
 			// A poll woken by the revocation ends here.
 			return ErrRevoked
 		}
-		resp.Generation = m.Generation
-		ws, err := tx.Workloads(store.WorkloadFilter{Machine: machineID})
-		if err != nil {
-			return err
+		// Every change to a machine's desired state bumps its generation
+		// in the same transaction, so a state computed for this generation
+		// is the state: a wake reads one row.
+		if cached, ok := h.desired.Load(machineID); ok && cached.(*protocol.SyncResponse).Generation == m.Generation {
+			copied := *cached.(*protocol.SyncResponse)
+			resp = &copied
+			return nil
 		}
-		classes, err := classMap(tx)
-		if err != nil {
-			return err
-		}
-		for _, w := range ws {
-			mode, listed := modeOf(w)
-			if !listed {
-				continue
-			}
-			c := classes[w.Class]
-			resp.Workloads = append(resp.Workloads, protocol.DesiredWorkload{
-				ID: w.ID, Attempt: w.Attempt, Mode: mode, Kind: w.Kind, Driver: w.Driver,
-				Isolation: h.drivers[w.Driver].Isolation, Image: w.Image,
-				Resources: protocol.Resources{CPUs: c.CPUs, MemoryMB: c.MemoryMB, Devices: w.Devices},
-			})
-		}
-		return nil
+		resp, err = h.computeDesired(tx, m)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("desired state of %s: %w", machineID, err)
 	}
 	resp.HubTime = h.clk.Now()
+	return resp, nil
+}
+
+// computeDesired builds machine m's desired state from the store and
+// caches it under m's generation.
+func (h *Hub) computeDesired(tx store.Tx, m store.Machine) (*protocol.SyncResponse, error) {
+	resp := &protocol.SyncResponse{StoreID: h.store.ID(), Generation: m.Generation, Workloads: []protocol.DesiredWorkload{}}
+	ws, err := tx.Workloads(store.WorkloadFilter{Machine: m.ID})
+	if err != nil {
+		return nil, err
+	}
+	classes, err := classMap(tx)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range ws {
+		mode, listed := modeOf(w)
+		if !listed {
+			continue
+		}
+		// A class's size is read at each generation: editing a class
+		// reaches placed workloads at their machine's next change.
+		c := classes[w.Class]
+		resp.Workloads = append(resp.Workloads, protocol.DesiredWorkload{
+			ID: w.ID, Attempt: w.Attempt, Mode: mode, Kind: w.Kind, Driver: w.Driver,
+			Isolation: h.drivers[w.Driver].Isolation, Image: w.Image,
+			Resources: protocol.Resources{CPUs: c.CPUs, MemoryMB: c.MemoryMB, Devices: w.Devices},
+		})
+	}
+	cached := *resp
+	h.desired.Store(m.ID, &cached)
 	return resp, nil
 }
 
