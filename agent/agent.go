@@ -242,9 +242,11 @@ func readBootID() string {
 
 // Status is what `einsora-agent status` shows.
 type Status struct {
-	MachineID         string   `json:"machine_id"`
-	StateDir          string   `json:"state_dir"`
-	Running           bool     `json:"running"`
+	MachineID string `json:"machine_id"`
+	StateDir  string `json:"state_dir"`
+	Running   bool   `json:"running"`
+	// Hub is the hub the agent enrolled with; empty for solo's agent.
+	Hub               string   `json:"hub,omitempty"`
 	StoreID           string   `json:"store_id,omitempty"`
 	LastSync          string   `json:"last_sync,omitempty"`
 	DesiredGeneration int64    `json:"desired_generation"`
@@ -265,6 +267,9 @@ func ReadStatus(dir string) (Status, error) {
 	}
 	if ls.Desired != nil {
 		st.StoreID, st.DesiredGeneration = ls.Desired.StoreID, ls.Desired.Generation
+	}
+	if e, err := ReadEnrollment(dir); err == nil {
+		st.Hub = e.HubURL
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, lastSyncFile)); err == nil {
 		st.LastSync = strings.TrimSpace(string(b))

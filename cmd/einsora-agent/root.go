@@ -134,8 +134,12 @@ func statusCmd() *cobra.Command {
 			if asJSON {
 				return cli.PrintJSON(cmd.OutOrStdout(), st)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "machine:    %s\nstate dir:  %s\nrunning:    %v\ngeneration: %d\nworkloads:  %s\n",
-				st.MachineID, st.StateDir, st.Running, st.DesiredGeneration, strings.Join(st.Workloads, ", "))
+			hubURL := st.Hub
+			if hubURL == "" {
+				hubURL = "in-process (solo), or not enrolled"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "machine:    %s\nhub:        %s\nstate dir:  %s\nrunning:    %v\nlast sync:  %s\ngeneration: %d\nworkloads:  %s\n",
+				st.MachineID, hubURL, st.StateDir, st.Running, st.LastSync, st.DesiredGeneration, strings.Join(st.Workloads, ", "))
 			return nil
 		},
 	}
