@@ -182,6 +182,22 @@ func TestNetworkedAgentEnrolsAndRunsAWorkload(t *testing.T) {
 		t.Errorf("machine show: %+v", m)
 	}
 
+	// The doctor sees the agent running, enrolled, and its hub answering.
+	out, _ = exec.Command(bin("einsora-agent"), "doctor", "--json", "--drivers", "sim", "--state-dir", state).Output()
+	var checks []struct{ Name, Verdict string }
+	if err := json.Unmarshal(out, &checks); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	verdicts := map[string]string{}
+	for _, c := range checks {
+		verdicts[c.Name] = c.Verdict
+	}
+	for _, name := range []string{"agent running", "enrolment", "certificate", "hub reachable", "driver sim"} {
+		if verdicts[name] != "ok" {
+			t.Errorf("doctor: %s is %q, want ok (%s)", name, verdicts[name], out)
+		}
+	}
+
 	// Revoked, the agent is cut off at once and says what to do.
 	admin("machine", "revoke", m.ID)
 	agentProc.waitLog("revoked", 10*time.Second)

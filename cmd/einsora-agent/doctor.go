@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -63,6 +68,72 @@ func doctorCmd() *cobra.Command {
 	return cmd
 }
 
-// doctorExtras are the checks of enrolment and the hub, once the agent can
-// be enrolled.
-func doctorExtras(stateDir string) []func(context.Context) agent.Check { return nil }
+// doctorExtras are the checks of enrolment, the certificate and the hub.
+func doctorExtras(stateDir string) []func(context.Context) agent.Check {
+	e, err := agent.ReadEnrollment(stateDir)
+	if err != nil {
+		return []func(context.Context) agent.Check{func(context.Context) agent.Check {
+			return agent.Check{Name: "enrolment", Verdict: agent.Warn, Detail: "not enrolled",
+				Fix: "einsora-agent enroll --hub https://HOST:8443 --token TOKEN (a token from: einsora-hub token create)"}
+		}}
+	}
+	return []func(context.Context) agent.Check{
+		func(context.Context) agent.Check {
+			return agent.Check{Name: "enrolment", Verdict: agent.OK,
+				Detail: fmt.Sprintf("with %s as machine %s of %s in %s", e.HubURL, e.MachineID, e.Owner, e.Region)}
+		},
+		func(context.Context) agent.Check { return checkCertificate(stateDir) },
+		func(ctx context.Context) agent.Check { return checkHubReachable(ctx, e.HubURL) },
+	}
+}
+
+func checkCertificate(stateDir string) agent.Check {
+	c := agent.Check{Name: "certificate"}
+	b, err := os.ReadFile(filepath.Join(stateDir, agent.CertFile))
+	block, _ := pem.Decode(b)
+	if err != nil || block == nil {
+		c.Verdict, c.Detail, c.Fix = agent.Fail, "cannot read "+agent.CertFile, "enrol the machine again"
+		return c
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		c.Verdict, c.Detail, c.Fix = agent.Fail, err.Error(), "enrol the machine again"
+		return c
+	}
+	left := time.Until(leaf.NotAfter)
+	c.Detail = "expires " + leaf.NotAfter.UTC().Format(time.RFC3339)
+	switch {
+	case left <= 0:
+		c.Verdict, c.Fix = agent.Fail, "check this machine's clock; if it is right, enrol the machine again"
+	case left < 7*24*time.Hour:
+		c.Verdict, c.Fix = agent.Warn, "the running agent renews it; if it does not, see its log for why"
+	default:
+		c.Verdict = agent.OK
+	}
+	return c
+}
+
+// checkHubReachable dials the hub: the agent connects outbound only, so a
+// firewall or a proxy in the way shows here.
+func checkHubReachable(ctx context.Context, hubURL string) agent.Check {
+	c := agent.Check{Name: "hub reachable"}
+	u, err := url.Parse(hubURL)
+	if err != nil || u.Host == "" {
+		c.Verdict, c.Detail, c.Fix = agent.Fail, "bad hub URL "+hubURL, "enrol the machine again"
+		return c
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "443")
+	}
+	d := net.Dialer{Timeout: 5 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", host)
+	if err != nil {
+		c.Verdict, c.Detail = agent.Fail, err.Error()
+		c.Fix = "let this machine connect out to " + host + " over TCP (no inbound port is needed)"
+		return c
+	}
+	conn.Close()
+	c.Verdict, c.Detail = agent.OK, host+" answers"
+	return c
+}
