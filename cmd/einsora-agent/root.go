@@ -39,13 +39,18 @@ func versionCmd() *cobra.Command {
 }
 
 func runCmd() *cobra.Command {
-	var stateDir, driverList, inventoryFile string
+	var stateDir, driverList, inventoryFile, configFile string
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent daemon",
 		Args:  cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			set, err := settings(cmd, configFile, stateDir, driverList)
+			if err != nil {
+				return err
+			}
+			stateDir, driverList = set.stateDir, set.drivers
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: set.level}))
 			id, err := agent.LoadMachineID(stateDir)
 			if err != nil {
 				return err
@@ -66,6 +71,7 @@ func runCmd() *cobra.Command {
 			// anything else is looked at.
 			a, err := agent.Open(agent.Config{
 				StateDir: stateDir, Drivers: host, Inventory: probe, Logger: log, Version: version,
+				DriverTimeout: set.driverTimeout,
 			})
 			if err != nil {
 				return err
@@ -97,6 +103,7 @@ func runCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultAgentStateDir(), "state directory: machine ID, state, key and certificate, lock")
 	cmd.Flags().StringVar(&driverList, "drivers", "auto", "comma-separated drivers to offer (sim, docker, docker-sandbox), or auto: every runtime that answers")
+	cmd.Flags().StringVar(&configFile, "config", "", "JSON file with state_dir, drivers, log_level, driver_timeout; flags win over it")
 	cmd.Flags().StringVar(&inventoryFile, "inventory-file", "", "development only, with --drivers sim: report this file's inventory (JSON) instead of probing")
 	return cmd
 }
