@@ -2,9 +2,11 @@ package hub
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"einsora.dev/edge/clock"
@@ -90,4 +92,32 @@ func BenchmarkSyncReport(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkSyncReportParallel measures many agents reporting at once, each
+// a changed status, as after a hub restart: the hub's write path under
+// contention.
+func BenchmarkSyncReportParallel(b *testing.B) {
+	h, d := benchHub(b, 1)
+	ctx := context.Background()
+	const machines = 64
+	for i := range machines {
+		id := fmt.Sprintf("m-p%d", i)
+		h.RegisterMachine(ctx, id, id, "local", "local")
+	}
+	var next atomic.Int64
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		id := fmt.Sprintf("m-p%d", next.Add(1)%machines)
+		n := 0
+		for pb.Next() {
+			n++
+			req := &protocol.SyncRequest{ProtocolVersion: protocol.Version, Generation: d.Generation, Statuses: []protocol.Status{
+				{Workload: "w-x", Attempt: 1, Mode: protocol.ModeRun, Generation: int64(n), Code: protocol.CodeRunning},
+			}}
+			if _, err := h.Sync(ctx, id, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -69,6 +69,7 @@ type Hub struct {
 	cfg     Config
 	drivers map[string]placement.Driver
 	polls   polls
+	reports reports
 
 	// kick wakes the controller; dirty holds the machines whose reports
 	// it has not yet observed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -111,7 +112,7 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 	// the wait is not lost.
 	w, release := h.polls.wait(machineID)
 	defer release()
-	gen, news, err := h.record(ctx, machineID, req)
+	gen, news, err := h.record(machineID, req)
 	if err != nil {
 		return nil, err
 	}
@@ -141,6 +142,8 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 	return h.Desired(ctx, machineID)
 }
 
+var codePattern = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
+
 // checkRequest refuses what no honest agent sends. Bounds on text are
 // applied later, by truncation, since they decide nothing.
 func checkRequest(req *protocol.SyncRequest) error {
@@ -157,8 +160,13 @@ func checkRequest(req *protocol.SyncRequest) error {
 		return fmt.Errorf("%d statuses, at most %d", len(req.Statuses), protocol.MaxStatuses)
 	}
 	for _, s := range req.Statuses {
-		if s.Workload == "" || len(s.Workload) > protocol.MaxIDLength {
-			return fmt.Errorf("status with workload ID of %d bytes", len(s.Workload))
+		// What reaches the store must be text any database takes, or one
+		// agent's report could fail the batch it is written with.
+		if s.Workload == "" || len(s.Workload) > protocol.MaxIDLength || bound(s.Workload, protocol.MaxIDLength) != s.Workload {
+			return fmt.Errorf("status with a workload ID of %d bytes that is empty, too long or not plain text", len(s.Workload))
+		}
+		if !codePattern.MatchString(string(s.Code)) {
+			return fmt.Errorf("status of %s: code %q is not a word of at most 64 lowercase letters, digits and _", s.Workload, bound(string(s.Code), 64))
 		}
 		if s.Mode != "" && !s.Mode.Valid() {
 			return fmt.Errorf("status of %s: unknown mode", s.Workload)
@@ -170,75 +178,161 @@ func checkRequest(req *protocol.SyncRequest) error {
 // record saves what the agent reported and returns the machine's current
 // generation, and whether there is news for the controller: a changed
 // status, or a machine back from silence. An unchanged report of a machine
-// in touch costs the controller nothing.
-func (h *Hub) record(ctx context.Context, machineID string, req *protocol.SyncRequest) (gen int64, news bool, err error) {
+// in touch costs the controller nothing. Reports arriving together are
+// written in one transaction (group commit, see reports).
+func (h *Hub) record(machineID string, req *protocol.SyncRequest) (gen int64, news bool, err error) {
+	p := &report{machineID: machineID, req: req, done: make(chan struct{}), lead: make(chan struct{})}
+	h.reports.submit(p, h.commitReports)
+	return p.gen, p.news, p.err
+}
+
+// reports batches the sync path's writes: the reports that arrive while one
+// batch commits make up the next, so a thousand agents reporting at once
+// (after a hub restart, say) cost a handful of transactions, not a thousand.
+// There is no goroutine of its own: the first caller of a batch commits it,
+// then hands the lead to the first caller waiting.
+type reports struct {
+	// mu guards the following fields.
+	mu      sync.Mutex
+	queue   []*report
+	leading bool
+}
+
+type report struct {
+	machineID string
+	req       *protocol.SyncRequest
+	// Set by the commit, before done is closed.
+	gen  int64
+	news bool
+	err  error
+	done chan struct{}
+	// lead is closed to hand this caller the next batch.
+	lead chan struct{}
+}
+
+// submit queues p and returns once it is committed. It does not give up
+// on a cancelled caller: a queued report is written anyway, and a caller
+// that left could not take the lead it may be handed.
+func (r *reports) submit(p *report, commit func([]*report)) {
+	r.mu.Lock()
+	r.queue = append(r.queue, p)
+	first := !r.leading
+	r.leading = true
+	r.mu.Unlock()
+	if !first {
+		select {
+		case <-p.done:
+			return
+		case <-p.lead:
+		}
+	}
+	r.mu.Lock()
+	batch := r.queue
+	r.queue = nil
+	r.mu.Unlock()
+	commit(batch)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.queue) == 0 {
+		r.leading = false
+		return
+	}
+	close(r.queue[0].lead)
+}
+
+// commitReports writes a batch in one transaction. A report refused on its
+// own (an unknown or revoked machine) fails alone; a failing store fails
+// the batch.
+func (h *Hub) commitReports(batch []*report) {
 	now := h.clk.Now()
-	err = h.store.Update(ctx, func(tx store.Tx) error {
-		news = false
-		m, err := tx.Machine(machineID)
-		if errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("sync %s: %w", machineID, ErrUnknownMachine)
-		}
-		if err != nil {
-			return err
-		}
-		if m.Revoked {
-			return fmt.Errorf("sync %s: %w", machineID, ErrRevoked)
-		}
-		gen = m.Generation
-		// (Not h.online: this very poll already counts as connected.)
-		news = now.Sub(m.LastSync) >= h.cfg.OfflineAfter || m.LastSync.Before(h.started)
-		if err := h.noteReturn(tx, m, req, now); err != nil {
-			return err
-		}
-		m.LastSync = now
-		m.ReportedGeneration = req.Generation
-		m.AppliedGeneration = req.AppliedGeneration
-		m.AgentVersion = bound(req.AgentVersion, protocol.MaxVersionLen)
-		if req.BootID != "" {
-			m.BootID = bound(req.BootID, protocol.MaxIDLength)
-		}
-		if !req.AgentStarted.IsZero() {
-			m.AgentStarted = req.AgentStarted
-		}
-		if req.Inventory != nil {
-			h.acceptInventory(&m, req.Inventory)
-		}
-		if req.PreviousStoreID != "" {
-			h.log.Warn("agent reports that it saw the store change and kept what it held",
-				"machine", machineID, "previous_store", bound(req.PreviousStoreID, protocol.MaxIDLength))
-		}
-		if err := tx.PutMachine(m); err != nil {
-			return err
-		}
-		before, err := tx.Statuses(machineID)
-		if err != nil {
-			return err
-		}
-		since := make(map[string]store.StatusRecord, len(before))
-		for _, s := range before {
-			since[s.Workload] = s
-		}
-		for _, s := range req.Statuses {
-			s.Detail = bound(s.Detail, protocol.MaxDetail)
-			rec := store.StatusRecord{Machine: machineID, Status: s, At: now}
-			// At is when the status took its present form: an agent
-			// repeats its statuses on every sync, and repeating
-			// "progressing" is not progress.
-			if old, ok := since[s.Workload]; ok && sameReport(old.Status, s) {
-				if old.Generation == s.Generation {
+	// No caller's context: the batch is everyone's.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := h.store.Update(ctx, func(tx store.Tx) error {
+		for _, p := range batch {
+			p.gen, p.news, p.err = 0, false, nil
+			if err := h.recordOne(tx, p, now); err != nil {
+				if errors.Is(err, ErrUnknownMachine) || errors.Is(err, ErrRevoked) {
+					p.err = err
 					continue
 				}
-				rec.At = old.At
-			}
-			if err := tx.PutStatus(rec); err != nil {
 				return err
 			}
-			news = true
 		}
 		return nil
 	})
-	return gen, news, err
+	for _, p := range batch {
+		if err != nil {
+			p.err = err
+		}
+		close(p.done)
+	}
+}
+
+// recordOne writes one report within a batch's transaction.
+func (h *Hub) recordOne(tx store.Tx, p *report, now time.Time) error {
+	m, err := tx.Machine(p.machineID)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("sync %s: %w", p.machineID, ErrUnknownMachine)
+	}
+	if err != nil {
+		return err
+	}
+	if m.Revoked {
+		return fmt.Errorf("sync %s: %w", p.machineID, ErrRevoked)
+	}
+	p.gen = m.Generation
+	// (Not h.online: this very poll already counts as connected.)
+	p.news = now.Sub(m.LastSync) >= h.cfg.OfflineAfter || m.LastSync.Before(h.started)
+	if err := h.noteReturn(tx, m, p.req, now); err != nil {
+		return err
+	}
+	m.LastSync = now
+	m.ReportedGeneration = p.req.Generation
+	m.AppliedGeneration = p.req.AppliedGeneration
+	m.AgentVersion = bound(p.req.AgentVersion, protocol.MaxVersionLen)
+	if p.req.BootID != "" {
+		m.BootID = bound(p.req.BootID, protocol.MaxIDLength)
+	}
+	if !p.req.AgentStarted.IsZero() {
+		m.AgentStarted = p.req.AgentStarted
+	}
+	if p.req.Inventory != nil {
+		h.acceptInventory(&m, p.req.Inventory)
+	}
+	if p.req.PreviousStoreID != "" {
+		h.log.Warn("agent reports that it saw the store change and kept what it held",
+			"machine", p.machineID, "previous_store", bound(p.req.PreviousStoreID, protocol.MaxIDLength))
+	}
+	if err := tx.PutMachine(m); err != nil {
+		return err
+	}
+	before, err := tx.Statuses(p.machineID)
+	if err != nil {
+		return err
+	}
+	since := make(map[string]store.StatusRecord, len(before))
+	for _, s := range before {
+		since[s.Workload] = s
+	}
+	for _, s := range p.req.Statuses {
+		s.Detail = bound(s.Detail, protocol.MaxDetail)
+		rec := store.StatusRecord{Machine: p.machineID, Status: s, At: now}
+		// At is when the status took its present form: an agent
+		// repeats its statuses on every sync, and repeating
+		// "progressing" is not progress.
+		if old, ok := since[s.Workload]; ok && sameReport(old.Status, s) {
+			if old.Generation == s.Generation {
+				continue
+			}
+			rec.At = old.At
+		}
+		if err := tx.PutStatus(rec); err != nil {
+			return err
+		}
+		p.news = true
+	}
+	return nil
 }
 
 // noteReturn writes on the timeline of a machine's workloads what happened

@@ -1,0 +1,78 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/protocol"
+)
+
+// gatedStore counts write transactions and holds the first one until
+// released, so a test can line reports up behind it.
+type gatedStore struct {
+	store.Store
+	updates atomic.Int64
+	gate    chan struct{}
+}
+
+func (g *gatedStore) Update(ctx context.Context, fn func(store.Tx) error) error {
+	if g.updates.Add(1) == 1 {
+		<-g.gate
+	}
+	return g.Store.Update(ctx, fn)
+}
+
+// Reports arriving together are written in one transaction, and a report
+// refused on its own fails alone.
+func TestReportsAreGroupCommitted(t *testing.T) {
+	h := newTestHub(t)
+	const n = 20
+	for i := range n {
+		h.machine(fmt.Sprintf("m-%d", i))
+	}
+	g := &gatedStore{Store: h.st, gate: make(chan struct{})}
+	h.store = g
+
+	errs := make([]error, n+1)
+	var wg sync.WaitGroup
+	for i := range n + 1 {
+		id := fmt.Sprintf("m-%d", i) // m-20 is not registered
+		wg.Go(func() {
+			_, errs[i] = h.Sync(context.Background(), id, &protocol.SyncRequest{ProtocolVersion: protocol.Version,
+				Statuses: []protocol.Status{{Workload: "w-1", Attempt: 1, Mode: protocol.ModeRun, Code: protocol.CodeRunning}}})
+		})
+	}
+	// The first report's transaction is held; the rest queue behind it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h.reports.mu.Lock()
+		queued := len(h.reports.queue)
+		h.reports.mu.Unlock()
+		if queued == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d reports queued", queued)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(g.gate)
+	wg.Wait()
+	for i, err := range errs {
+		switch {
+		case i == n && !errors.Is(err, ErrUnknownMachine):
+			t.Errorf("unregistered machine: got %v, want ErrUnknownMachine", err)
+		case i < n && err != nil:
+			t.Errorf("machine m-%d: %v", i, err)
+		}
+	}
+	if got := g.updates.Load(); got != 2 {
+		t.Errorf("%d reports took %d write transactions, want 2 (the first, then the rest together)", n+1, got)
+	}
+}
