@@ -5,6 +5,8 @@ DATA    ?= $(CURDIR)/.data
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin
+# Run from the module proxy, not a dependency of the module.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: build run test test-short lint fmt bench darwin clean deb
 
@@ -26,6 +28,7 @@ test-short:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
 
 fmt:
