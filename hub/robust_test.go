@@ -297,3 +297,20 @@ func TestRule9_CleanStopGivesTheLeaseUp(t *testing.T) {
 		t.Fatalf("standby after a clean stop: %v", err)
 	}
 }
+
+// Rule 8: an offline machine's statuses decide nothing.
+func TestRule8_OfflineMachinesStatusesDecideNothing(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	w := h.create("web", protocol.KindContainer)
+	h.pass()
+	w = h.workload(w.ID)
+	d := h.desired("m-1")
+	// The report is recorded, but the machine falls silent before the
+	// controller looks at it.
+	h.sync("m-1", &protocol.SyncRequest{Generation: d.Generation, Statuses: []protocol.Status{
+		{Workload: w.ID, Attempt: w.Attempt, Mode: protocol.ModeRun, Generation: d.Generation, Code: protocol.CodeFailedStart}}})
+	h.clk.Advance(DefaultOfflineAfter)
+	h.pass()
+	wantState(t, h, w.ID, store.StateProvisioning)
+}
