@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/drivers"
 	"einsora.dev/edge/drivers/docker"
+	"einsora.dev/edge/drivers/macosnative"
 	"einsora.dev/edge/drivers/sim"
 )
 
@@ -41,6 +43,12 @@ func BuildDrivers(ctx context.Context, list, stateDir, machineID string, clk clo
 				return err
 			}
 			ds = append(ds, d)
+		case macosnative.Name:
+			d, err := macosnative.New(macosnative.Options{Dir: filepath.Join(stateDir, macosnative.Name), Logger: log})
+			if err != nil {
+				return err
+			}
+			ds = append(ds, d)
 		case docker.NameContainer, docker.NameSandbox:
 			d, err := docker.New(docker.Options{Name: name, Machine: machineID, StateDir: stateDir, Logger: log})
 			if err != nil {
@@ -48,7 +56,7 @@ func BuildDrivers(ctx context.Context, list, stateDir, machineID string, clk clo
 			}
 			ds = append(ds, d)
 		default:
-			return fmt.Errorf("%w %q: this build offers sim, docker, docker-sandbox and auto", ErrUnknownDriver, name)
+			return fmt.Errorf("%w %q: this build offers sim, docker, docker-sandbox, macos-native and auto", ErrUnknownDriver, name)
 		}
 		return nil
 	}
@@ -76,7 +84,13 @@ func BuildDrivers(ctx context.Context, list, stateDir, machineID string, clk clo
 // addAnswering adds the real drivers whose runtime answers now.
 func addAnswering(ctx context.Context, add func(string) error, ds *[]drivers.Driver, log *slog.Logger) error {
 	before := len(*ds)
-	for _, name := range []string{docker.NameContainer, docker.NameSandbox} {
+	names := []string{docker.NameContainer, docker.NameSandbox}
+	if runtime.GOOS == "darwin" {
+		// Native processes are how a Mac's workloads reach its GPU; the
+		// hub offers them only to the machine owner's own workloads.
+		names = append(names, macosnative.Name)
+	}
+	for _, name := range names {
 		if err := add(name); err != nil {
 			return err
 		}

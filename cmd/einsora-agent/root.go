@@ -102,7 +102,7 @@ func runCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultAgentStateDir(), "state directory: machine ID, state, key and certificate, lock")
-	cmd.Flags().StringVar(&driverList, "drivers", "auto", "comma-separated drivers to offer (sim, docker, docker-sandbox), or auto: every runtime that answers")
+	cmd.Flags().StringVar(&driverList, "drivers", "auto", "comma-separated drivers to offer (sim, docker, docker-sandbox, macos-native), or auto: every runtime that answers")
 	cmd.Flags().StringVar(&configFile, "config", "", "JSON file with state_dir, drivers, log_level, driver_timeout; flags win over it")
 	cmd.Flags().StringVar(&inventoryFile, "inventory-file", "", "development only, with --drivers sim: report this file's inventory (JSON) instead of probing")
 	return cmd

@@ -1,0 +1,57 @@
+// Command prog is the macos-native driver's test workload.
+//
+//	prog serve        append a line to $EINSORA_DATA/boots, then run until SIGTERM
+//	prog ignore-term  ignore SIGTERM, write $EINSORA_DATA/ready, run until killed
+//	prog exit N       exit with code N
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: prog serve|ignore-term|exit N")
+		os.Exit(2)
+	}
+	data := os.Getenv("EINSORA_DATA")
+	switch os.Args[1] {
+	case "serve":
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, syscall.SIGTERM)
+		f, err := os.OpenFile(filepath.Join(data, "boots"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Fprintf(f, "boot %d\n", os.Getpid())
+		f.Close()
+		fmt.Println("serving")
+		<-term
+		fmt.Println("terminated")
+	case "ignore-term":
+		signal.Ignore(syscall.SIGTERM)
+		if err := os.WriteFile(filepath.Join(data, "ready"), []byte("ready"), 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		for {
+			time.Sleep(time.Hour)
+		}
+	case "exit":
+		code := 0
+		if len(os.Args) > 2 {
+			code, _ = strconv.Atoi(os.Args[2])
+		}
+		os.Exit(code)
+	default:
+		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
+		os.Exit(2)
+	}
+}
