@@ -28,6 +28,7 @@ func (h *Hub) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/machines", h.adminListMachines)
 	mux.HandleFunc("GET /v1/machines/{id}", h.adminShowMachine)
 	mux.HandleFunc("POST /v1/machines/{id}/revoke", h.adminAct(h.RevokeMachine))
+	mux.HandleFunc("DELETE /v1/machines/{id}", h.adminAct(h.RemoveMachine))
 	mux.HandleFunc("POST /v1/tokens", h.adminCreateToken)
 	mux.HandleFunc("GET /v1/workloads", h.adminListWorkloads)
 	mux.HandleFunc("POST /v1/workloads", h.adminCreateWorkload)

@@ -267,3 +267,25 @@ func (h *Hub) Machine(ctx context.Context, id string) (MachineView, error) {
 func (h *Hub) online(m store.Machine) bool {
 	return !m.LastSync.IsZero() && h.clk.Now().Sub(m.LastSync) < h.cfg.OfflineAfter || h.polls.connected(m.ID)
 }
+
+// RemoveMachine forgets a machine, so its ID may enrol again (for another
+// owner, say). A machine that still holds workloads is refused: their data
+// is there, and deleting it is never the hub's guess.
+func (h *Hub) RemoveMachine(ctx context.Context, id string) error {
+	err := h.store.Update(ctx, func(tx store.Tx) error {
+		ws, err := tx.Workloads(store.WorkloadFilter{Machine: id})
+		if err != nil {
+			return err
+		}
+		if len(ws) > 0 {
+			return fmt.Errorf("%w: machine %s still holds %d workloads (%s, …); delete them first (einsora-hub workload rm)", ErrInvalid, id, len(ws), ws[0].ID)
+		}
+		return tx.DeleteMachine(id)
+	})
+	if err != nil {
+		return err
+	}
+	h.desired.Delete(id)
+	h.log.Info("machine removed", "machine", id)
+	return nil
+}

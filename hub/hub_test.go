@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -515,5 +516,30 @@ func TestDesiredCachedPerGeneration(t *testing.T) {
 	got := h.desired("m-1")
 	if got.Generation <= first.Generation || got.Workloads[0].Mode != protocol.ModePark || got.Workloads[0].Resources.CPUs != 3 {
 		t.Errorf("after a change: got %+v, want the new generation, parked, 3 CPUs", got)
+	}
+}
+
+func TestRemoveMachineOnlyWhenItHoldsNothing(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	w := h.create("web", protocol.KindContainer)
+	h.pass()
+	if err := h.RemoveMachine(context.Background(), "m-1"); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("removing a machine that holds a workload: got %v, want ErrInvalid", err)
+	}
+	if err := h.DeleteWorkload(context.Background(), w.ID); err != nil {
+		t.Fatal(err)
+	}
+	w = h.workload(w.ID)
+	h.report("m-1", h.desired("m-1"), status(w, protocol.ModeRemove, protocol.CodeRemoved))
+	if err := h.RemoveMachine(context.Background(), "m-1"); err != nil {
+		t.Fatal(err)
+	}
+	// Forgotten, it may register again for another owner.
+	if err := h.EnsureTenant(context.Background(), "globex"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.RegisterMachine(context.Background(), "m-1", "m-1", "globex", "local"); err != nil {
+		t.Errorf("registering the removed machine for another owner: %v", err)
 	}
 }

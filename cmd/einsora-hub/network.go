@@ -95,3 +95,15 @@ func machineRevokeCmd(g *globals) *cobra.Command {
 	}
 	return revoke
 }
+
+func machineRemoveCmd(g *globals) *cobra.Command {
+	rm := &cobra.Command{
+		Use:   "rm ID",
+		Short: "Forget a machine that holds no workloads, so its ID may enrol again",
+		Args:  cli.Args(cobra.ExactArgs(1)),
+	}
+	rm.RunE = func(cmd *cobra.Command, args []string) error {
+		return run(g, func(ctx context.Context, c *adminapi.Client) error { return c.RemoveMachine(ctx, args[0]) })(cmd, args)
+	}
+	return rm
+}

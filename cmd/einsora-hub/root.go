@@ -234,7 +234,7 @@ func machineCmd(g *globals) *cobra.Command {
 			return nil
 		})(cmd, args)
 	}
-	cmd.AddCommand(ls, show, machineRevokeCmd(g))
+	cmd.AddCommand(ls, show, machineRevokeCmd(g), machineRemoveCmd(g))
 	return cmd
 }
 

@@ -34,3 +34,8 @@ func (c *Client) CreateToken(ctx context.Context, owner, region string, ttl time
 func (c *Client) RevokeMachine(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodPost, "/v1/machines/"+url.PathEscape(id)+"/revoke", nil, nil)
 }
+
+// RemoveMachine forgets a machine that holds no workloads.
+func (c *Client) RemoveMachine(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/machines/"+url.PathEscape(id), nil, nil)
+}

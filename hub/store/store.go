@@ -48,6 +48,9 @@ type Tx interface {
 	PutMachine(m Machine) error
 	Machine(id string) (Machine, error)
 	Machines() ([]Machine, error)
+	// DeleteMachine removes the machine and its statuses; ErrNotFound if
+	// there is none.
+	DeleteMachine(id string) error
 	// BumpGeneration increments the machine's desired generation and
 	// returns the new value.
 	BumpGeneration(machineID string) (int64, error)

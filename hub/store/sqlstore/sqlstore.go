@@ -363,6 +363,20 @@ func (t *tx) Machines() ([]store.Machine, error) {
 	return out, t.seen(rows.Err())
 }
 
+func (t *tx) DeleteMachine(id string) error {
+	if _, err := t.exec(`DELETE FROM statuses WHERE machine = ?`, id); err != nil {
+		return fmt.Errorf("machine %q: %w", id, err)
+	}
+	res, err := t.exec(`DELETE FROM machines WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("machine %q: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("machine %q: %w", id, store.ErrNotFound)
+	}
+	return nil
+}
+
 func (t *tx) BumpGeneration(machineID string) (int64, error) {
 	if t.readOnly {
 		// PostgreSQL refuses an UPDATE in a read-only transaction even

@@ -112,6 +112,16 @@ func testMachines(t *testing.T, s store.Store) {
 		}
 		return nil
 	})
+	update(t, s, func(tx store.Tx) error { return tx.DeleteMachine("m-1") })
+	view(t, s, func(tx store.Tx) error {
+		if _, err := tx.Machine("m-1"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("deleted machine: got %v, want ErrNotFound", err)
+		}
+		return nil
+	})
+	if err := s.Update(context.Background(), func(tx store.Tx) error { return tx.DeleteMachine("m-1") }); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("deleting it again: got %v, want ErrNotFound", err)
+	}
 }
 
 func testWorkloads(t *testing.T, s store.Store) {
