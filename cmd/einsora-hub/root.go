@@ -193,7 +193,7 @@ func classCmd(g *globals) *cobra.Command {
 }
 
 func machineCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "machine", Short: "See machines"}
+	cmd := &cobra.Command{Use: "machine", Short: "See and manage machines"}
 	ls := &cobra.Command{Use: "ls", Short: "List machines and their health", Args: cli.Args(cobra.NoArgs)}
 	g.addJSON(ls)
 	ls.RunE = run(g, func(ctx context.Context, c *adminapi.Client) error {
