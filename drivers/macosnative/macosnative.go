@@ -19,9 +19,6 @@ package macosnative
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,7 +31,7 @@ import (
 	"time"
 
 	"einsora.dev/edge/drivers"
-	"einsora.dev/edge/internal/atomicfile"
+	"einsora.dev/edge/drivers/internal/instancefile"
 	"einsora.dev/edge/protocol"
 )
 
@@ -201,12 +198,12 @@ func (d *Driver) resolve(image string) (string, []string, error) {
 
 // DataDir is the workload's data directory.
 func (d *Driver) DataDir(workload string) string {
-	return filepath.Join(d.dir, safeName(workload), "data")
+	return filepath.Join(d.dir, instancefile.Name(workload), "data")
 }
 
 // LogPath is the file the workload's stdout and stderr are appended to.
 func (d *Driver) LogPath(workload string) string {
-	return filepath.Join(d.dir, safeName(workload), "log")
+	return filepath.Join(d.dir, instancefile.Name(workload), "log")
 }
 
 func (d *Driver) Start(ctx context.Context, spec drivers.Spec) error {
@@ -441,10 +438,10 @@ func (d *Driver) Remove(ctx context.Context, workload string) error {
 	defer d.mu.Unlock()
 	// The directory first: a crash in between leaves a record without
 	// data, never data that a later Start would adopt.
-	if err := os.RemoveAll(filepath.Join(d.dir, safeName(workload))); err != nil {
+	if err := os.RemoveAll(filepath.Join(d.dir, instancefile.Name(workload))); err != nil {
 		return fmt.Errorf("macos-native: remove %s: %w", workload, err)
 	}
-	if err := os.Remove(d.recordPath(workload)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(instancefile.RecordPath(d.dir, workload)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("macos-native: remove %s: %w", workload, err)
 	}
 	return nil
@@ -465,7 +462,7 @@ func (d *Driver) List(ctx context.Context) ([]drivers.Instance, error) {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
-		r, err := loadFile(filepath.Join(d.dir, e.Name()))
+		r, err := instancefile.Load[record](filepath.Join(d.dir, e.Name()))
 		if err != nil {
 			return nil, fmt.Errorf("macos-native: list: %w", err)
 		}
@@ -496,51 +493,14 @@ func (d *Driver) instanceLocked(r *record) drivers.Instance {
 	return in
 }
 
-func (d *Driver) recordPath(workload string) string {
-	return filepath.Join(d.dir, safeName(workload)+".json")
-}
-
 func (d *Driver) load(workload string) (*record, error) {
-	return loadFile(d.recordPath(workload))
-}
-
-func loadFile(path string) (*record, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", filepath.Base(path), err)
-	}
-	return &r, nil
+	return instancefile.Load[record](instancefile.RecordPath(d.dir, workload))
 }
 
 // save writes the record atomically.
 func (d *Driver) save(r *record) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	if err := atomicfile.Write(d.recordPath(r.Workload), b, 0o600); err != nil {
+	if err := instancefile.Save(instancefile.RecordPath(d.dir, r.Workload), r); err != nil {
 		return fmt.Errorf("macos-native: save %s: %w", r.Workload, err)
 	}
 	return nil
-}
-
-// safeName keeps workload IDs from escaping the driver's directory; an ID
-// that had to be changed gets a hash of the original, so two IDs never
-// share a name.
-func safeName(workload string) string {
-	s := strings.Map(func(r rune) rune {
-		if r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
-			return r
-		}
-		return '_'
-	}, workload)
-	if s == workload {
-		return s
-	}
-	sum := sha256.Sum256([]byte(workload))
-	return s + "-" + hex.EncodeToString(sum[:4])
 }

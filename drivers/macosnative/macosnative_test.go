@@ -15,6 +15,7 @@ import (
 
 	"einsora.dev/edge/drivers"
 	"einsora.dev/edge/drivers/driverstest"
+	"einsora.dev/edge/drivers/internal/instancefile"
 	"einsora.dev/edge/protocol"
 )
 
@@ -54,7 +55,7 @@ func newDriver(t *testing.T, o Options) *Driver {
 func killLeftovers(t *testing.T, dir string) {
 	paths, _ := filepath.Glob(filepath.Join(dir, "*.json"))
 	for _, p := range paths {
-		r, err := loadFile(p)
+		r, err := instancefile.Load[record](p)
 		if err != nil || r.Pid <= 0 || r.Pid == os.Getpid() {
 			continue
 		}
@@ -242,7 +243,7 @@ func TestPidReuseGuard(t *testing.T) {
 		{Workload: "reused", Attempt: 1, Pid: self, StartTime: st + 1},
 	} {
 		b, _ := json.Marshal(r)
-		if err := os.WriteFile(d.recordPath(r.Workload), b, 0o600); err != nil {
+		if err := os.WriteFile(instancefile.RecordPath(d.dir, r.Workload), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -260,7 +261,7 @@ func TestPidReuseGuard(t *testing.T) {
 	if in, _ := find(t, d, "reused"); in.State != drivers.StateStopped {
 		t.Errorf("after Stop: got %+v, want stopped", in)
 	}
-	os.Remove(d.recordPath("same"))
+	os.Remove(instancefile.RecordPath(d.dir, "same"))
 }
 
 func TestStopKillsAfterGrace(t *testing.T) {
@@ -337,10 +338,10 @@ func TestRefusedImages(t *testing.T) {
 }
 
 func TestSafeName(t *testing.T) {
-	if safeName("a.b") == safeName("a_b") {
+	if instancefile.Name("a.b") == instancefile.Name("a_b") {
 		t.Error("a.b and a_b share a name")
 	}
-	if got := safeName("../x"); strings.ContainsAny(got, "./") {
-		t.Errorf("safeName(../x) = %q", got)
+	if got := instancefile.Name("../x"); strings.ContainsAny(got, "./") {
+		t.Errorf("instancefile.Name(../x) = %q", got)
 	}
 }

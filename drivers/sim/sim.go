@@ -18,7 +18,6 @@ package sim
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -31,7 +30,7 @@ import (
 
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/drivers"
-	"einsora.dev/edge/internal/atomicfile"
+	"einsora.dev/edge/drivers/internal/instancefile"
 	"einsora.dev/edge/protocol"
 )
 
@@ -138,7 +137,7 @@ func ParseImage(image string) (options, error) {
 
 // DataDir is where the workload's data lives; tests write files there.
 func (d *Driver) DataDir(workload string) string {
-	return filepath.Join(d.dir, safeName(workload), "data")
+	return filepath.Join(d.dir, instancefile.Name(workload), "data")
 }
 
 func (d *Driver) Start(ctx context.Context, spec drivers.Spec) error {
@@ -222,10 +221,10 @@ func (d *Driver) Remove(ctx context.Context, workload string) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := os.RemoveAll(filepath.Join(d.dir, safeName(workload))); err != nil {
+	if err := os.RemoveAll(filepath.Join(d.dir, instancefile.Name(workload))); err != nil {
 		return fmt.Errorf("sim: remove %s: %w", workload, err)
 	}
-	if err := os.Remove(d.recordPath(workload)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(instancefile.RecordPath(d.dir, workload)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("sim: remove %s: %w", workload, err)
 	}
 	return nil
@@ -246,7 +245,7 @@ func (d *Driver) List(ctx context.Context) ([]drivers.Instance, error) {
 		if !ok || e.IsDir() {
 			continue
 		}
-		r, err := d.loadFile(filepath.Join(d.dir, e.Name()))
+		r, err := instancefile.Load[record](filepath.Join(d.dir, e.Name()))
 		if err != nil {
 			return nil, fmt.Errorf("sim: list: %s: %w", name, err)
 		}
@@ -310,45 +309,13 @@ func (r *record) instance(now time.Time) drivers.Instance {
 	return in
 }
 
-func (d *Driver) recordPath(workload string) string {
-	return filepath.Join(d.dir, safeName(workload)+".json")
-}
-
 func (d *Driver) loadLocked(workload string) (*record, error) {
-	return d.loadFile(d.recordPath(workload))
+	return instancefile.Load[record](instancefile.RecordPath(d.dir, workload))
 }
 
-func (d *Driver) loadFile(path string) (*record, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("decode %s: %w", filepath.Base(path), err)
-	}
-	return &r, nil
-}
-
-// saveLocked writes the record atomically, so a crash leaves the old or the
-// new record and never half of one.
 func (d *Driver) saveLocked(r *record) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	if err := atomicfile.Write(d.recordPath(r.Workload), b, 0o600); err != nil {
+	if err := instancefile.Save(instancefile.RecordPath(d.dir, r.Workload), r); err != nil {
 		return fmt.Errorf("sim: save %s: %w", r.Workload, err)
 	}
 	return nil
-}
-
-// safeName keeps workload IDs from escaping the driver's directory.
-func safeName(workload string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
-			return r
-		}
-		return '_'
-	}, workload)
 }
