@@ -162,22 +162,12 @@ func (h *Hub) Enroll(ctx context.Context, req *EnrollRequest) (*protocol.Certifi
 		case m.Owner != "" && m.Owner != tok.Owner:
 			return fmt.Errorf("%w: machine %s belongs to %s; an operator must remove it before it enrols for %s", ErrForbidden, m.ID, m.Owner, tok.Owner)
 		}
-		certPEM, notAfter, err := h.cfg.CA.SignMachine(req.CSR, m.ID)
-		if err != nil {
-			return err
-		}
 		if req.Name != "" {
 			m.Name = req.Name
 		}
-		m.Owner, m.Region, m.CertExpires = tok.Owner, tok.Region, notAfter
-		if err := tx.PutMachine(m); err != nil {
-			return err
-		}
-		resp = &protocol.CertificateResponse{
-			MachineID: m.ID, Owner: m.Owner, Region: m.Region, Certificate: string(certPEM),
-			CA: string(h.cfg.CA.CertificatePEM()), Expires: notAfter, HubTime: now,
-		}
-		return nil
+		m.Owner, m.Region = tok.Owner, tok.Region
+		resp, err = h.issue(tx, m, req.CSR, now)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("enrol %s: %w", req.MachineID, err)
@@ -185,6 +175,23 @@ func (h *Hub) Enroll(ctx context.Context, req *EnrollRequest) (*protocol.Certifi
 	h.log.Info("machine enrolled", "machine", resp.MachineID, "owner", resp.Owner, "region", resp.Region, "cert_expires", resp.Expires)
 	h.wakeController()
 	return resp, nil
+}
+
+// issue signs m's client certificate from csr and saves m with its expiry,
+// in the caller's transaction: enrolment and renewal end the same way.
+func (h *Hub) issue(tx store.Tx, m store.Machine, csr *x509.CertificateRequest, now time.Time) (*protocol.CertificateResponse, error) {
+	certPEM, notAfter, err := h.cfg.CA.SignMachine(csr, m.ID)
+	if err != nil {
+		return nil, err
+	}
+	m.CertExpires = notAfter
+	if err := tx.PutMachine(m); err != nil {
+		return nil, err
+	}
+	return &protocol.CertificateResponse{
+		MachineID: m.ID, Owner: m.Owner, Region: m.Region, Certificate: string(certPEM),
+		CA: string(h.cfg.CA.CertificatePEM()), Expires: notAfter, HubTime: now,
+	}, nil
 }
 
 // Renew signs a new client certificate for machineID, named by its current,
@@ -205,19 +212,8 @@ func (h *Hub) Renew(ctx context.Context, machineID string, csr *x509.Certificate
 		case m.Revoked:
 			return ErrRevoked
 		}
-		certPEM, notAfter, err := h.cfg.CA.SignMachine(csr, m.ID)
-		if err != nil {
-			return err
-		}
-		m.CertExpires = notAfter
-		if err := tx.PutMachine(m); err != nil {
-			return err
-		}
-		resp = &protocol.CertificateResponse{
-			MachineID: m.ID, Owner: m.Owner, Region: m.Region, Certificate: string(certPEM),
-			CA: string(h.cfg.CA.CertificatePEM()), Expires: notAfter, HubTime: now,
-		}
-		return nil
+		resp, err = h.issue(tx, m, csr, now)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("renew %s: %w", machineID, err)
