@@ -507,12 +507,40 @@ func TestRule6_NeverStartsWhileGPUIsHeld(t *testing.T) {
 	}
 }
 
+// The table has a cell for every pair, enumerated here from the protocol's
+// modes and the drivers' states rather than from the table's own lists, so
+// deleting a cell fails.
 func TestTransitionsComplete(t *testing.T) {
-	for _, w := range []want{wantRunNew, wantRunStarted, wantPark, wantRemove, wantUnlisted} {
-		for _, o := range observedStates {
-			if transitions[w][o] == 0 {
+	var wants []want
+	for _, m := range []protocol.Mode{protocol.ModeRun, protocol.ModePark, protocol.ModeRemove} {
+		if m == protocol.ModeRun {
+			// A run is new or already started: an attempt starts once.
+			wants = append(wants, "run-new", "run-started")
+			continue
+		}
+		wants = append(wants, want(m))
+	}
+	wants = append(wants, "unlisted")
+	states := []drivers.State{drivers.StateStarting, drivers.StateRunning, drivers.StateStopping,
+		drivers.StateStopped, drivers.StateExited, drivers.StateFailed}
+	obs := []observed{"absent"}
+	for _, st := range states {
+		obs = append(obs, observed(st))
+	}
+	for _, w := range wants {
+		for _, o := range obs {
+			if _, ok := transitions[cell{w, o}]; !ok {
 				t.Errorf("no action for want %s, observed %s", w, o)
 			}
+		}
+	}
+	if want, got := len(wants)*len(obs), len(transitions); got != want {
+		t.Errorf("the table has %d cells, want %d: one names a want or state that does not exist", got, want)
+	}
+	// Rule 3 in the table itself: nothing unlisted is started or deleted.
+	for c, act := range transitions {
+		if c.want == wantUnlisted && (act == start || act == remove) {
+			t.Errorf("unlisted, %s: %v", c.observed, act)
 		}
 	}
 }
@@ -576,12 +604,17 @@ func TestReadStatus(t *testing.T) {
 	h := startAgent(t, dir, f)
 	f.set(run("w-1", 1))
 	waitCode(t, f, "w-1", protocol.CodeRunning)
-	st, err := ReadStatus(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var st Status
+	waitFor(t, "the workloads file to say running", func() bool {
+		var err error
+		st, err = ReadStatus(dir)
+		return err == nil && len(st.Workloads) == 1 && st.Workloads[0].State == protocol.CodeRunning
+	})
 	if st.MachineID != h.agent.MachineID() || !st.Running || st.LastSync == "" || len(st.Workloads) != 1 || st.DesiredGeneration == 0 {
 		t.Errorf("got %+v", st)
+	}
+	if w := st.Workloads[0]; w.ID != "w-1" || w.State != protocol.CodeRunning || w.Attempt != 1 || w.LastError != nil {
+		t.Errorf("got workload %+v, want w-1 running attempt 1 with no error", w)
 	}
 	h.stop()
 	if st, _ := ReadStatus(dir); st.Running {

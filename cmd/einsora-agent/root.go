@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -131,7 +132,7 @@ func statusCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the agent's machine ID, desired state and the workloads it holds",
+		Short: "Show the agent's machine ID, desired state, and each workload's state and last driver error",
 		Args:  cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := agent.ReadStatus(stateDir)
@@ -141,18 +142,46 @@ func statusCmd() *cobra.Command {
 			if asJSON {
 				return cli.PrintJSON(cmd.OutOrStdout(), st)
 			}
-			hubURL := st.Hub
-			if hubURL == "" {
-				hubURL = "in-process (solo), or not enrolled"
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "machine:    %s\nhub:        %s\nstate dir:  %s\nrunning:    %v\nlast sync:  %s\ngeneration: %d\nworkloads:  %s\n",
-				st.MachineID, hubURL, st.StateDir, st.Running, st.LastSync, st.DesiredGeneration, strings.Join(st.Workloads, ", "))
+			printStatus(cmd.OutOrStdout(), st)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultAgentStateDir(), "state directory")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only")
 	return cmd
+}
+
+// printStatus writes st for a person: each workload on a line, and under it
+// the last driver error, which only this machine keeps.
+func printStatus(w io.Writer, st agent.Status) {
+	hubURL := st.Hub
+	if hubURL == "" {
+		hubURL = "in-process (solo), or not enrolled"
+	}
+	fmt.Fprintf(w, "machine:    %s\nhub:        %s\nstate dir:  %s\nrunning:    %v\nlast sync:  %s\ngeneration: %d\n",
+		st.MachineID, hubURL, st.StateDir, st.Running, st.LastSync, st.DesiredGeneration)
+	if len(st.Workloads) == 0 {
+		fmt.Fprintln(w, "workloads:  none")
+		return
+	}
+	fmt.Fprintln(w, "workloads:")
+	for _, ws := range st.Workloads {
+		state := string(ws.State)
+		if state == "" {
+			state = "held, not yet reported"
+		}
+		fmt.Fprintf(w, "  %-24s %-14s", ws.ID, state)
+		if ws.Mode != "" {
+			fmt.Fprintf(w, " %s, attempt %d", ws.Mode, ws.Attempt)
+		}
+		if ws.Detail != "" {
+			fmt.Fprintf(w, ": %s", ws.Detail)
+		}
+		fmt.Fprintln(w)
+		if e := ws.LastError; e != nil {
+			fmt.Fprintf(w, "  %-24s last error:    %s via %s at %s: %s\n", "", e.Op, e.Driver, e.At.UTC().Format(time.RFC3339), e.Error)
+		}
+	}
 }
 
 func inventoryCmd() *cobra.Command {
