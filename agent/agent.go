@@ -90,6 +90,8 @@ type Agent struct {
 	news        bool
 	lastSync    time.Time
 	lastSyncErr error
+	// revoked is set while the hub refuses this machine as revoked.
+	revoked bool
 	// lastErr is each workload's last failed driver call.
 	lastErr       map[string]DriverError
 	errorsChanged bool
@@ -285,6 +287,8 @@ type Status struct {
 	StoreID           string `json:"store_id,omitempty"`
 	LastSync          string `json:"last_sync,omitempty"`
 	DesiredGeneration int64  `json:"desired_generation"`
+	// Revoked is set when the hub revoked this machine, with what to do.
+	Revoked *Revocation `json:"revoked,omitempty"`
 	// Workloads are those the agent reports or holds, with their last
 	// driver error.
 	Workloads []WorkloadStatus `json:"workloads"`
@@ -308,6 +312,7 @@ func ReadStatus(dir string) (Status, error) {
 	if e, err := ReadEnrollment(dir); err == nil {
 		st.Hub = e.HubURL
 	}
+	st.Revoked = readRevoked(dir)
 	if b, err := os.ReadFile(filepath.Join(dir, lastSyncFile)); err == nil {
 		st.LastSync = strings.TrimSpace(string(b))
 	}

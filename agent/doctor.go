@@ -52,6 +52,7 @@ func Doctor(ctx context.Context, cfg DoctorConfig) []Check {
 		checkStateDir(cfg.StateDir),
 		checkMachineID(cfg.StateDir),
 		checkRunning(cfg.StateDir),
+		checkRevoked(cfg.StateDir),
 		checkDisk(cfg.StateDir),
 	}
 	if cfg.Drivers != nil {
@@ -132,6 +133,14 @@ func checkRunning(dir string) Check {
 	default:
 		holder, _ := os.ReadFile(filepath.Join(dir, lockFile))
 		c.Verdict, c.Detail = OK, "process "+strings.TrimSpace(string(holder))
+	}
+	return c
+}
+
+func checkRevoked(dir string) Check {
+	c := Check{Name: "revocation", Verdict: OK, Detail: "the hub has not refused this machine as revoked"}
+	if r := readRevoked(dir); r != nil {
+		c.Verdict, c.Detail, c.Fix = Fail, "the hub revoked this machine at "+r.At.Format(time.RFC3339), r.Message
 	}
 	return c
 }

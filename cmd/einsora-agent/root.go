@@ -160,6 +160,9 @@ func printStatus(w io.Writer, st agent.Status) {
 	}
 	fmt.Fprintf(w, "machine:    %s\nhub:        %s\nstate dir:  %s\nrunning:    %v\nlast sync:  %s\ngeneration: %d\n",
 		st.MachineID, hubURL, st.StateDir, st.Running, st.LastSync, st.DesiredGeneration)
+	if r := st.Revoked; r != nil {
+		fmt.Fprintf(w, "REVOKED:    at %s: %s\n", r.At.UTC().Format(time.RFC3339), r.Message)
+	}
 	if len(st.Workloads) == 0 {
 		fmt.Fprintln(w, "workloads:  none")
 		return

@@ -89,3 +89,11 @@ func TestStatusShowsStateAndLastDriverError(t *testing.T) {
 		}
 	}
 }
+
+func TestStatusSaysRevoked(t *testing.T) {
+	var out bytes.Buffer
+	printStatus(&out, agent.Status{MachineID: "m-1", Revoked: &agent.Revocation{At: time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC), Message: "enrol again"}})
+	if !strings.Contains(out.String(), "REVOKED:    at 2026-12-01T03:00:00Z: enrol again") {
+		t.Errorf("status of a revoked machine:\n%s", out.String())
+	}
+}
