@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"einsora.dev/edge/agent"
-	"einsora.dev/edge/clock"
 	"einsora.dev/edge/internal/cli"
 	"einsora.dev/edge/inventory"
 	"einsora.dev/edge/protocol"
@@ -50,60 +49,28 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			stateDir, driverList = set.stateDir, set.drivers
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: set.level}))
-			id, err := agent.LoadMachineID(stateDir)
+			probe, err := inventorySource(inventoryFile, set.drivers, log)
 			if err != nil {
 				return err
 			}
-			host, closeDrivers, err := agent.BuildDrivers(cmd.Context(), driverList, stateDir, id, clock.Real{}, log)
-			if errors.Is(err, agent.ErrUnknownDriver) {
-				return &cli.UsageError{Err: err}
-			}
-			if err != nil {
-				return err
-			}
-			defer closeDrivers()
-			probe, err := inventorySource(inventoryFile, driverList, log)
-			if err != nil {
-				return err
-			}
-			// The lock first: a second agent is told who holds it before
-			// anything else is looked at.
-			a, err := agent.Open(agent.Config{
-				StateDir: stateDir, Drivers: host, Inventory: probe, Logger: log, Version: version,
-				DriverTimeout: set.driverTimeout,
-			})
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			nw, err := networkTransport(stateDir, log)
-			if err != nil {
-				return err
-			}
-			a.SetTransport(nw.Transport())
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			log.Info("agent running", "machine", a.MachineID(), "state", stateDir, "drivers", host.Names())
-			go a.NotifyService(ctx)
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
-			go func() {
-				for range hup {
-					log.Info("SIGHUP: probing inventory again")
-					a.Reprobe()
-				}
-			}()
-			renewal := make(chan struct{})
-			go func() { defer close(renewal); nw.RunRenewal(ctx) }()
-			defer func() { stop(); <-renewal }()
-			return a.Run(ctx)
+			err = agent.RunNetworked(ctx, agent.NetworkedConfig{
+				StateDir: set.stateDir, Drivers: set.drivers, Inventory: probe, Logger: log, Version: version,
+				DriverTimeout: set.driverTimeout, Hangup: hup,
+			})
+			if errors.Is(err, agent.ErrUnknownDriver) {
+				return &cli.UsageError{Err: err}
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultAgentStateDir(), "state directory: machine ID, state, key and certificate, lock")
-	cmd.Flags().StringVar(&driverList, "drivers", "auto", "comma-separated drivers to offer (sim, docker, docker-sandbox, macos-native), or auto: every runtime that answers")
+	cmd.Flags().StringVar(&driverList, "drivers", "auto", "comma-separated drivers to offer (sim, docker, docker-sandbox, macos-native), or auto: every real runtime, offered while it answers, never sim")
 	cmd.Flags().StringVar(&configFile, "config", "", "JSON file with state_dir, drivers, log_level, driver_timeout; flags win over it")
 	cmd.Flags().StringVar(&inventoryFile, "inventory-file", "", "development only, with --drivers sim: report this file's inventory (JSON) instead of probing")
 	return cmd
