@@ -1,6 +1,7 @@
 // Package drivers is the contract between the agent's apply loop and the
 // runtimes that run workloads. One sub-package per driver implements it:
-// sim (development), docker, vz (darwin), macosnative (darwin). A driver
+// sim (development only; it runs nothing), docker (docker and
+// docker-sandbox), macosnative (darwin). A driver
 // knows nothing of the hub: it is told what to run and reports what it has.
 package drivers
 
