@@ -246,3 +246,28 @@ func TestFailedDriverCallLoggedAndKeptForStatus(t *testing.T) {
 		t.Errorf("status workload %+v, last error %+v", ws, *ws.LastError)
 	}
 }
+
+// The last errors are bounded by the workloads the machine has: a workload
+// that is neither reported nor held any more takes its error with it.
+func TestLastErrorsForgottenWithTheirWorkload(t *testing.T) {
+	dir := t.TempDir()
+	f := newFakeHub()
+	h := startAgent(t, dir, f)
+	w := run("w-1", 1)
+	w.Image = "sim:color=blue"
+	f.set(w)
+	waitCode(t, f, "w-1", protocol.CodeFailedStart)
+	f.set(withMode(w, protocol.ModeRemove))
+	waitCode(t, f, "w-1", protocol.CodeRemoved)
+	f.set()
+	waitFor(t, "w-1 gone from status", func() bool {
+		st, err := ReadStatus(dir)
+		return err == nil && len(st.Workloads) == 0
+	})
+	h.agent.mu.Lock()
+	n := len(h.agent.lastErr)
+	h.agent.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d last errors kept for workloads that are gone", n)
+	}
+}
