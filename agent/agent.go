@@ -238,18 +238,21 @@ func (a *Agent) refreshInventory(ctx context.Context) {
 		inv.Notes = append(inv.Notes, NoRuntimeNote(a.cfg.Drivers.Names()))
 	}
 	added, dropped := a.cfg.Drivers.Offer(inv.Drivers...)
-	for _, n := range added {
-		a.log.Info("driver answers; offered to the hub", "driver", n)
-	}
-	for _, n := range dropped {
-		a.log.Warn("driver does not answer; no longer offered, and its workloads are reported lost until it answers", "driver", n, "err", down[n])
-	}
 	if a.firstProbe.CompareAndSwap(false, true) {
-		for n, err := range down {
-			a.log.Info("driver not offered: its runtime does not answer", "driver", n, "err", err)
+		// Every driver starts out offered: what the first probe drops
+		// was never there, and nothing of it is lost.
+		for _, n := range dropped {
+			a.log.Info("driver not offered: its runtime does not answer", "driver", n, "err", down[n])
 		}
 		if len(inv.Drivers) == 0 {
 			a.log.Warn("no driver answers; the agent runs and syncs but the hub can place nothing here", "fix", inv.Notes[len(inv.Notes)-1])
+		}
+	} else {
+		for _, n := range added {
+			a.log.Info("driver answers; offered to the hub", "driver", n)
+		}
+		for _, n := range dropped {
+			a.log.Warn("driver does not answer; no longer offered, and its workloads are reported lost until it answers", "driver", n, "err", down[n])
 		}
 	}
 	if len(added)+len(dropped) > 0 {

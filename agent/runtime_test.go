@@ -81,7 +81,8 @@ func waitStatus(t *testing.T, f *fakeHub, workload string, gen int64, code proto
 func TestRuntimeLostAndFoundOnReprobe(t *testing.T) {
 	f := newFakeHub()
 	var fl *flaky
-	h := startAgent(t, t.TempDir(), f, withFlaky(&fl))
+	rec := &records{}
+	h := startAgent(t, t.TempDir(), f, withFlaky(&fl), func(c *Config) { c.Logger = slog.New(rec) })
 	f.set(run("w-1", 1))
 	waitCode(t, f, "w-1", protocol.CodeRunning)
 	if inv := f.lastInventory(); inv == nil || !slices.Equal(inv.Drivers, []string{"sim"}) {
@@ -96,6 +97,9 @@ func TestRuntimeLostAndFoundOnReprobe(t *testing.T) {
 	})
 	if h.agent.cfg.Drivers.IsOffered("sim") {
 		t.Error("a driver that does not answer is still offered")
+	}
+	if attrs, ok := rec.find(slog.LevelWarn, "driver does not answer"); !ok || attrs["driver"] != "sim" {
+		t.Errorf("no WARN naming the driver that stopped answering (%v)", attrs)
 	}
 	s := waitCode(t, f, "w-1", protocol.CodeLost)
 	if !strings.Contains(s.Detail, "does not answer") {
