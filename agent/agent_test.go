@@ -667,3 +667,49 @@ func TestReadStatus(t *testing.T) {
 		t.Error("a stopped agent reads as running")
 	}
 }
+
+// Rule 6, the record: a workload whose data the agent's own record puts
+// under another driver is refused even when that driver shows no instance
+// of it now (a driver that lost track, or one not offered at the moment).
+func TestRule6_RefusesDriverChangeWhenOnlyTheRecordHoldsData(t *testing.T) {
+	dir := t.TempDir()
+	st := &localState{Workloads: map[string]*held{"w-1": {Driver: "sim", StartedAttempt: 1}}}
+	if err := saveState(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeHub()
+	var b *sim.Driver
+	startAgent(t, dir, f, func(c *Config) {
+		a, _ := sim.New(filepath.Join(dir, "sim"), clock.Real{})
+		b, _ = sim.New(filepath.Join(dir, "sim-b"), clock.Real{})
+		c.Drivers = drivers.NewHost(a, otherSim{b})
+	})
+	moved := run("w-1", 2)
+	moved.Driver = "sim-b"
+	f.set(moved)
+	waitCode(t, f, "w-1", protocol.CodeRefusedDriverChange)
+	if n, err := b.Starts("w-1"); err == nil && n > 0 {
+		t.Errorf("sim-b started w-1 %d times while sim holds its data", n)
+	}
+}
+
+// Rule 7, a started attempt whose instance stopped by itself (or by a
+// hand on the machine) is reported stopped, never started again: only
+// the hub makes a new attempt.
+func TestRule7_StoppedAttemptIsReportedNotRestarted(t *testing.T) {
+	f := newFakeHub()
+	h := startAgent(t, t.TempDir(), f)
+	f.set(run("w-1", 1))
+	waitCode(t, f, "w-1", protocol.CodeRunning)
+	if err := h.sim.Stop(context.Background(), "w-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitCode(t, f, "w-1", protocol.CodeStopped)
+	time.Sleep(100 * time.Millisecond) // several apply passes
+	if n, _ := h.sim.Starts("w-1"); n != 1 {
+		t.Fatalf("got %d starts of attempt 1, want 1", n)
+	}
+	if s, _ := f.status("w-1"); s.Code != protocol.CodeStopped {
+		t.Fatalf("got %s after the passes, want stopped", s.Code)
+	}
+}
