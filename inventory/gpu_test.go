@@ -105,6 +105,7 @@ func TestParseBadOutput(t *testing.T) {
 func FuzzParsers(f *testing.F) {
 	for _, name := range []string{
 		"nvidia-smi-1gpu-rtx4090.xml", "system-profiler-displays-m3-max.json",
+		"nvidia-smi-2gpu-a100-mig.xml", "nvidia-smi-L-2gpu-a100-mig.txt",
 		"system-profiler-displays-intel-mac-radeon.json", "ioreg-agx-m2-pro.txt",
 	} {
 		data, err := os.ReadFile(filepath.Join("testdata", name))
@@ -122,6 +123,14 @@ func FuzzParsers(f *testing.F) {
 				}
 			}
 		}
+		// The same bytes as XML and as the listing, each half as each.
+		half := len(data) / 2
+		for _, g := range append(must(parseNVIDIA(data, data)), must(parseNVIDIA(data[:half], data[half:]))...) {
+			if g.Parent != "" && (g.ID == "" || g.MIGMode != "") {
+				t.Fatalf("got MIG device %+v, want an ID and no MIG mode", g)
+			}
+		}
+		parseNVIDIAListing(data)
 		parseNVIDIAInformation(data, 0)
 		parseOSRelease(data)
 		parseCPUModel(data)
@@ -129,3 +138,5 @@ func FuzzParsers(f *testing.F) {
 		countCPUList(string(data))
 	})
 }
+
+func must[T any](v T, _ error) T { return v }

@@ -38,7 +38,24 @@ type GPU struct {
 	ID       string `json:"id"` // a UUID or a stable index such as "0"
 	MemoryMB int    `json:"memory_mb,omitempty"`
 	Cores    int    `json:"cores,omitempty"`
+	// MIGMode is set on an NVIDIA GPU that can be split into MIG devices:
+	// "enabled", "disabled", or "pending" while a change of mode waits for
+	// a GPU reset. A GPU whose mode is enabled or pending is never reserved
+	// whole: its MIG devices are, when enabled.
+	MIGMode string `json:"mig_mode,omitempty"`
+	// Parent is set on a MIG device: the ID of the GPU it is part of. A MIG
+	// device's ID is its "MIG-..." UUID, which is how it is requested.
+	Parent string `json:"parent,omitempty"`
+	// Profile is a MIG device's profile, e.g. "1g.10gb".
+	Profile string `json:"profile,omitempty"`
 }
+
+// MIG modes of GPU.MIGMode.
+const (
+	MIGEnabled  = "enabled"
+	MIGDisabled = "disabled"
+	MIGPending  = "pending"
+)
 
 // Docker describes a Docker Engine the agent can reach.
 type Docker struct {
