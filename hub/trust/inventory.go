@@ -138,7 +138,7 @@ func checkGPUs(inv *protocol.Inventory) error {
 			return broke("apple-gpu", "%d Apple GPUs, want at most 1", apple)
 		}
 	}
-	return nil
+	return checkMIG(inv.GPUs)
 }
 
 func checkDrivers(inv *protocol.Inventory, driverOS func(string) (string, bool)) error {
@@ -189,6 +189,9 @@ func eachString(inv *protocol.Inventory, f func(field string, s *string)) {
 		f("gpus.vendor", &inv.GPUs[i].Vendor)
 		f("gpus.model", &inv.GPUs[i].Model)
 		f("gpus.id", &inv.GPUs[i].ID)
+		f("gpus.mig_mode", &inv.GPUs[i].MIGMode)
+		f("gpus.parent", &inv.GPUs[i].Parent)
+		f("gpus.profile", &inv.GPUs[i].Profile)
 	}
 	if inv.Docker != nil {
 		f("docker.version", &inv.Docker.Version)
