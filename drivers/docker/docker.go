@@ -417,7 +417,8 @@ func (d *Driver) hostConfig(ctx context.Context, spec drivers.Spec) (*container.
 	return hc, nil
 }
 
-// deviceRequests turns "nvidia:<uuid>" devices into one device request.
+// deviceRequests turns "nvidia:<uuid>" devices into one device request. A
+// MIG device's UUID is "MIG-...", which the NVIDIA runtime takes as is.
 // Any other device is refused: the engine could not honour it.
 func deviceRequests(devices []string) ([]container.DeviceRequest, error) {
 	var ids []string

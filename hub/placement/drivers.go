@@ -2,6 +2,7 @@ package placement
 
 import (
 	"slices"
+	"strings"
 
 	"einsora.dev/edge/protocol"
 )
@@ -13,7 +14,17 @@ const (
 	AcceleratorAppleGPU  = "apple-gpu"
 	AcceleratorNvidiaGPU = "nvidia-gpu"
 	AcceleratorAMDGPU    = "amd-gpu"
+	// AcceleratorNvidiaMIG1g is a MIG device of one slice ("1g.10gb" on
+	// an A100 80GB or H100, "1g.18gb" on an H200): MIGAccelerator("1g").
+	AcceleratorNvidiaMIG1g = "nvidia-mig-1g"
 )
+
+// migAcceleratorPrefix starts the accelerators of NVIDIA MIG devices by
+// size: "nvidia-mig-1g" ... "nvidia-mig-7g".
+const migAcceleratorPrefix = "nvidia-mig-"
+
+// MIGAccelerator is the accelerator of MIG devices of size "1g" ... "7g".
+func MIGAccelerator(size string) string { return migAcceleratorPrefix + size }
 
 // Driver is a row of the hub's driver table. Everything in it is the hub's
 // word, never the agent's: an agent only says which drivers it offers.
@@ -117,10 +128,15 @@ func DriverOS(name string) (string, bool) {
 }
 
 // Runs reports whether the driver runs workloads of kind k with the
-// accelerator acc ("" reads as AcceleratorNone).
+// accelerator acc ("" reads as AcceleratorNone). A driver that drives NVIDIA
+// GPUs drives their MIG devices of every size: they are requested the same
+// way, by UUID.
 func (d Driver) Runs(k protocol.Kind, acc string) bool {
 	if acc == "" {
 		acc = AcceleratorNone
+	}
+	if strings.HasPrefix(acc, migAcceleratorPrefix) {
+		acc = AcceleratorNvidiaGPU
 	}
 	return slices.Contains(d.Kinds, k) && slices.Contains(d.Accelerators, acc)
 }
