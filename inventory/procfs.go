@@ -105,19 +105,18 @@ func unquoteShell(v string) string {
 	return v
 }
 
-// armParts names the Arm server cores whose /proc/cpuinfo has no model
-// name; others are shown by their implementer and part numbers.
-var armParts = map[string]string{
-	"0x41/0xd0c": "Arm Neoverse-N1",
-	"0x41/0xd40": "Arm Neoverse-V1",
-	"0x41/0xd49": "Arm Neoverse-N2",
-	"0x41/0xd4f": "Arm Neoverse-V2",
-}
-
 // parseCPUModel returns the first "model name" of /proc/cpuinfo; arm64
-// kernels print none, so there it is made from the implementer and part.
+// kernels print none, so there it is made from each CPU's implementer and
+// part (armModel).
 func parseCPUModel(data []byte) string {
-	var implementer, part string
+	var cores []armCore
+	var cur armCore
+	flush := func() {
+		if cur.implementer != "" {
+			cores = append(cores, cur)
+		}
+		cur = armCore{}
+	}
 	for line := range strings.Lines(string(data)) {
 		k, v, ok := strings.Cut(line, ":")
 		if !ok {
@@ -129,23 +128,16 @@ func parseCPUModel(data []byte) string {
 			if v != "" {
 				return v
 			}
+		case "processor":
+			flush()
 		case "CPU implementer":
-			if implementer == "" {
-				implementer = v
-			}
+			cur.implementer = v
 		case "CPU part":
-			if part == "" {
-				part = v
-			}
+			cur.part = v
 		}
 	}
-	if implementer == "" {
-		return ""
-	}
-	if name, ok := armParts[implementer+"/"+part]; ok {
-		return name
-	}
-	return "Arm implementer " + implementer + " part " + part
+	flush()
+	return armModel(cores)
 }
 
 // probeLinuxCPU counts the CPUs this agent may use: the online CPUs (the
