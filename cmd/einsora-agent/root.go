@@ -17,6 +17,7 @@ import (
 	"einsora.dev/edge/agent"
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/internal/cli"
+	"einsora.dev/edge/internal/dockerhost"
 	"einsora.dev/edge/inventory"
 	"einsora.dev/edge/protocol"
 )
@@ -39,13 +40,13 @@ func versionCmd() *cobra.Command {
 }
 
 func runCmd() *cobra.Command {
-	var stateDir, driverList, inventoryFile, configFile string
+	var stateDir, driverList, inventoryFile, configFile, dockerHost string
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent daemon",
 		Args:  cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			set, err := settings(cmd, configFile, stateDir, driverList)
+			set, err := settings(cmd, configFile, stateDir, driverList, dockerHost)
 			if err != nil {
 				return err
 			}
@@ -55,7 +56,9 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			host, closeDrivers, err := agent.BuildDrivers(cmd.Context(), driverList, stateDir, id, clock.Real{}, log)
+			ep := dockerhost.Resolve(dockerhost.FromOS(set.dockerHost))
+			log.Info("docker endpoint", "host", ep.Host, "why", ep.Why)
+			host, closeDrivers, err := agent.BuildDriversOn(cmd.Context(), driverList, stateDir, id, ep.Host, clock.Real{}, log)
 			if errors.Is(err, agent.ErrUnknownDriver) {
 				return &cli.UsageError{Err: err}
 			}
@@ -63,7 +66,7 @@ func runCmd() *cobra.Command {
 				return err
 			}
 			defer closeDrivers()
-			probe, err := inventorySource(inventoryFile, driverList, log)
+			probe, err := inventorySource(inventoryFile, driverList, inventoryOptions(ep), log)
 			if err != nil {
 				return err
 			}
@@ -103,14 +106,16 @@ func runCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultAgentStateDir(), "state directory: machine ID, state, key and certificate, lock")
 	cmd.Flags().StringVar(&driverList, "drivers", "auto", "comma-separated drivers to offer (sim, docker, docker-sandbox, macos-native), or auto: every runtime that answers")
-	cmd.Flags().StringVar(&configFile, "config", "", "JSON file with state_dir, drivers, log_level, driver_timeout; flags win over it")
+	cmd.Flags().StringVar(&configFile, "config", "", "JSON file with state_dir, drivers, log_level, driver_timeout, docker_host; flags win over it")
+	addDockerHostFlag(cmd, &dockerHost)
 	cmd.Flags().StringVar(&inventoryFile, "inventory-file", "", "development only, with --drivers sim: report this file's inventory (JSON) instead of probing")
 	return cmd
 }
 
-func inventorySource(file, driverList string, log *slog.Logger) (func(context.Context) protocol.Inventory, error) {
+func inventorySource(file, driverList string, opts inventory.Options, log *slog.Logger) (func(context.Context) protocol.Inventory, error) {
 	if file == "" {
-		return inventory.New(inventory.Options{Logger: log}).Probe, nil
+		opts.Logger = log
+		return inventory.New(opts).Probe, nil
 	}
 	if strings.TrimSpace(driverList) != "sim" {
 		return nil, cli.Usagef("--inventory-file is for development and needs --drivers sim")
@@ -157,6 +162,7 @@ func statusCmd() *cobra.Command {
 
 func inventoryCmd() *cobra.Command {
 	var asJSON bool
+	var dockerHost string
 	cmd := &cobra.Command{
 		Use:   "inventory",
 		Short: "Print what this machine would report to a hub",
@@ -164,7 +170,7 @@ func inventoryCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
-			inv := inventory.New(inventory.Options{}).Probe(ctx)
+			inv := inventory.New(inventoryOptions(dockerhost.Resolve(dockerhost.FromOS(dockerHost)))).Probe(ctx)
 			if asJSON {
 				return cli.PrintJSON(cmd.OutOrStdout(), inv)
 			}
@@ -184,5 +190,6 @@ func inventoryCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only")
+	addDockerHostFlag(cmd, &dockerHost)
 	return cmd
 }
