@@ -59,6 +59,23 @@ const (
 
 // Docker describes a Docker Engine the agent can reach.
 type Docker struct {
-	Version  string   `json:"version"`
+	// Version is the engine's version as it reports it: "27.3.1", or for
+	// a development build "master". It is text, never compared as a
+	// number; Podman's is Podman's own ("5.4.1").
+	Version string `json:"version"`
+	// Kind is which engine answers the Docker API: EngineDocker,
+	// EngineDockerDesktop or EnginePodman; "" from an agent that does not
+	// say. The hub's driver table decides what each may run.
+	Kind string `json:"kind,omitempty"`
+	// Platform is the engine's own name for itself, e.g. "Docker Desktop
+	// 4.38.0 (181591)" or "linux/amd64/fedora-41".
+	Platform string   `json:"platform,omitempty"`
 	Runtimes []string `json:"runtimes,omitempty"`
 }
+
+// Engine kinds of Docker.Kind.
+const (
+	EngineDocker        = "docker"
+	EngineDockerDesktop = "docker-desktop"
+	EnginePodman        = "podman"
+)

@@ -48,6 +48,11 @@ type Driver struct {
 	// PerMachineLimit caps how many workloads one machine holds with this
 	// driver at once; 0 means no cap.
 	PerMachineLimit int
+	// Engines, for a driver over the Docker API, are the kinds of workload
+	// it runs on each engine that may answer that API (protocol.Engine*);
+	// an engine not listed runs none. nil: the driver needs no engine.
+	// A machine whose inventory names no engine kind counts as Docker.
+	Engines map[string][]protocol.Kind
 }
 
 // DefaultDrivers is the hub's driver table.
@@ -63,6 +68,14 @@ var DefaultDrivers = []Driver{
 		Isolation: protocol.IsolationContainer, Weak: true,
 		Kinds:        []protocol.Kind{protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
 		Accelerators: []string{AcceleratorNone, AcceleratorNvidiaGPU},
+		// Podman's Docker-compatible API runs plain containers; the
+		// volumes and long-lived ports notebooks and endpoints rely on
+		// are not tried there yet.
+		Engines: map[string][]protocol.Kind{
+			protocol.EngineDocker:        {protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
+			protocol.EngineDockerDesktop: {protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
+			protocol.EnginePodman:        {protocol.KindContainer},
+		},
 	},
 	{
 		// Docker with the gVisor runtime (runsc).
@@ -70,6 +83,11 @@ var DefaultDrivers = []Driver{
 		Isolation:    protocol.IsolationSandbox,
 		Kinds:        []protocol.Kind{protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
 		Accelerators: []string{AcceleratorNone},
+		// runsc is registered with a Docker Engine of the machine's own;
+		// Docker Desktop's VM and Podman are not where it was tried.
+		Engines: map[string][]protocol.Kind{
+			protocol.EngineDocker: {protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
+		},
 	},
 	{
 		// Virtualization.framework. macOS allows two macOS guests per
@@ -139,6 +157,18 @@ func (d Driver) Runs(k protocol.Kind, acc string) bool {
 		acc = AcceleratorNvidiaGPU
 	}
 	return slices.Contains(d.Kinds, k) && slices.Contains(d.Accelerators, acc)
+}
+
+// RunsOn reports whether the driver runs workloads of kind k on a machine
+// whose Docker engine is engine ("" counts as Docker).
+func (d Driver) RunsOn(engine string, k protocol.Kind) bool {
+	if d.Engines == nil {
+		return true
+	}
+	if engine == "" {
+		engine = protocol.EngineDocker
+	}
+	return slices.Contains(d.Engines[engine], k)
 }
 
 // FitsPlatform reports whether the driver runs on a machine of GOOS os and

@@ -39,6 +39,9 @@ type Machine struct {
 	Devices map[string][]string
 	// Drivers are the drivers the agent offers now.
 	Drivers []string
+	// Engine is the kind of its Docker engine (EngineOf), "" when it
+	// names none.
+	Engine string
 	// Holding is what the workloads placed on the machine hold.
 	Holding []Held
 }
@@ -102,6 +105,14 @@ func migSize(profile string) string {
 		return ""
 	}
 	return size
+}
+
+// EngineOf is the kind of Docker engine an inventory reports, "" for none.
+func EngineOf(inv protocol.Inventory) string {
+	if inv.Docker == nil {
+		return ""
+	}
+	return inv.Docker.Kind
 }
 
 // CanHost reports whether the machine may host w at all: it is the tenant's
