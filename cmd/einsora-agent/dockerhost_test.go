@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +11,45 @@ import (
 
 	"einsora.dev/edge/agent"
 	"einsora.dev/edge/internal/dockerhost"
+	"einsora.dev/edge/inventory"
 )
+
+// TestInventoryOnResolvedEndpoint: the inventory asks the engine the
+// resolver chose, here Colima's socket in a home of the test's, not the
+// machine's own /var/run/docker.sock.
+func TestInventoryOnResolvedEndpoint(t *testing.T) {
+	dir, err := os.MkdirTemp("", "di")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, ".colima", "default", "docker.sock")
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /_ping", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("OK")) })
+	mux.HandleFunc("GET /version", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte(`{"Platform":{"Name":"Docker Engine - Community"},"Components":[{"Name":"Engine","Version":"27.4.1"}],"Version":"27.4.1","ApiVersion":"1.47"}`))
+	})
+	mux.HandleFunc("GET /info", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(`{"Runtimes":{"runc":{}}}`)) })
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(l)
+	defer srv.Close()
+
+	ep := dockerhost.Resolve(dockerhost.Env{Home: dir, Getenv: func(string) string { return "" }})
+	if ep.Host != "unix://"+sock {
+		t.Fatalf("resolved %+v, want Colima's socket", ep)
+	}
+	inv := inventory.New(inventoryOptions(ep)).Probe(context.Background())
+	if inv.Docker == nil || inv.Docker.Version != "27.4.1" || inv.Docker.Kind != "docker" {
+		t.Errorf("got docker %+v, want the served 27.4.1", inv.Docker)
+	}
+}
 
 // TestDoctorNamesDockerEndpoint: doctor says which endpoint and why, and
 // warns when its socket is not there.

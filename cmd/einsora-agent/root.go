@@ -181,7 +181,7 @@ func inventoryCmd() *cobra.Command {
 				fmt.Fprintf(out, "gpu:       %s %s (%s)\n", g.Vendor, g.Model, g.ID)
 			}
 			if inv.Docker != nil {
-				fmt.Fprintf(out, "docker:    %s, runtimes %s\n", inv.Docker.Version, strings.Join(inv.Docker.Runtimes, ", "))
+				fmt.Fprintf(out, "docker:    %s %s, runtimes %s\n", inv.Docker.Kind, inv.Docker.Version, strings.Join(inv.Docker.Runtimes, ", "))
 			}
 			for _, n := range inv.Notes {
 				fmt.Fprintf(out, "note:      %s\n", n)
