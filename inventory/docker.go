@@ -116,7 +116,17 @@ func dockerGet(ctx context.Context, p *Prober, client *http.Client, path string,
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("docker %s: %s", path, resp.Status)
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxDockerBody)).Decode(v); err != nil {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDockerBody+1))
+	if err == nil && len(body) > maxDockerBody {
+		err = fmt.Errorf("over %d bytes", maxDockerBody)
+	}
+	if p.rec != nil {
+		p.rec.record("docker"+path, body, err)
+	}
+	if err != nil {
+		return fmt.Errorf("docker %s: read: %w", path, err)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
 		return fmt.Errorf("docker %s: decode: %w", path, err)
 	}
 	return nil

@@ -272,7 +272,7 @@ func nvidiaFromProc(p *Prober) ([]protocol.GPU, error) {
 	var gpus []protocol.GPU
 	var errs []error
 	for _, path := range paths {
-		data, err := os.ReadFile(path)
+		data, err := p.readFile(path)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("read nvidia gpu information: %w", err))
 			continue

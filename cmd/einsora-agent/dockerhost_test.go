@@ -86,3 +86,22 @@ func TestDoctorNamesDockerEndpoint(t *testing.T) {
 		t.Errorf("default endpoint given to the inventory as %q, want it left to the prober", o.DockerHost)
 	}
 }
+
+// TestDoctorBundle: doctor --bundle writes the checks and an inventory
+// capture.
+func TestDoctorBundle(t *testing.T) {
+	dir := t.TempDir()
+	checks := []agent.Check{{Name: "state dir", Verdict: agent.OK, Detail: "fine"}}
+	if err := writeBundle(context.Background(), dir, inventory.New(inventory.Options{}), checks); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"doctor.json", "inventory/MANIFEST.txt", "inventory/inventory.json"} {
+		if _, err := os.Stat(filepath.Join(dir, want)); err != nil {
+			t.Errorf("bundle lacks %s: %v", want, err)
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "doctor.json"))
+	if !strings.Contains(string(b), `"state dir"`) {
+		t.Errorf("doctor.json: %s", b)
+	}
+}

@@ -22,7 +22,7 @@ import (
 )
 
 func doctorCmd() *cobra.Command {
-	var stateDir, driverList, dockerHost string
+	var stateDir, driverList, dockerHost, bundleDir string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "doctor",
@@ -47,6 +47,11 @@ func doctorCmd() *cobra.Command {
 				}
 			}
 			checks := agent.Doctor(ctx, cfg)
+			if bundleDir != "" {
+				if err := writeBundle(ctx, bundleDir, inventory.New(inventoryOptions(ep)), checks); err != nil {
+					return err
+				}
+			}
 			if asJSON {
 				if err := cli.PrintJSON(cmd.OutOrStdout(), checks); err != nil {
 					return err
@@ -68,6 +73,7 @@ func doctorCmd() *cobra.Command {
 	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultAgentStateDir(), "state directory")
 	cmd.Flags().StringVar(&driverList, "drivers", "sim,docker", "drivers to check")
 	addDockerHostFlag(cmd, &dockerHost)
+	cmd.Flags().StringVar(&bundleDir, "bundle", "", "also write the checks and an inventory capture (inventory --capture) to this directory, for a bug report")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only")
 	return cmd
 }

@@ -162,7 +162,7 @@ func statusCmd() *cobra.Command {
 
 func inventoryCmd() *cobra.Command {
 	var asJSON bool
-	var dockerHost string
+	var dockerHost, captureDir string
 	cmd := &cobra.Command{
 		Use:   "inventory",
 		Short: "Print what this machine would report to a hub",
@@ -170,7 +170,10 @@ func inventoryCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
-			inv := inventory.New(inventoryOptions(dockerhost.Resolve(dockerhost.FromOS(dockerHost)))).Probe(ctx)
+			inv, err := probeOrCapture(ctx, inventory.New(inventoryOptions(dockerhost.Resolve(dockerhost.FromOS(dockerHost)))), captureDir)
+			if err != nil {
+				return err
+			}
 			if asJSON {
 				return cli.PrintJSON(cmd.OutOrStdout(), inv)
 			}
@@ -191,5 +194,6 @@ func inventoryCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only")
 	addDockerHostFlag(cmd, &dockerHost)
+	cmd.Flags().StringVar(&captureDir, "capture", "", "also write the raw outputs the probes read to this directory, redacted, for a bug report")
 	return cmd
 }
