@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -106,6 +107,7 @@ func FuzzParsers(f *testing.F) {
 	for _, name := range []string{
 		"nvidia-smi-1gpu-rtx4090.xml", "system-profiler-displays-m3-max.json",
 		"nvidia-smi-2gpu-a100-mig.xml", "nvidia-smi-L-2gpu-a100-mig.txt",
+		"docker-version-podman-5.json", "docker-version-desktop-master.json",
 		"system-profiler-displays-intel-mac-radeon.json", "ioreg-agx-m2-pro.txt",
 	} {
 		data, err := os.ReadFile(filepath.Join("testdata", name))
@@ -131,6 +133,13 @@ func FuzzParsers(f *testing.F) {
 			}
 		}
 		parseNVIDIAListing(data)
+		var v engineVersion
+		if json.Unmarshal(data, &v) == nil {
+			if d := v.docker(); d.Kind == "" || len(d.Version) > 64 {
+				t.Fatalf("got engine %+v, want a kind and a bounded version", d)
+			}
+		}
+		newRedactor(newCaptureRecorder(), protocol.Inventory{Hostname: string(data[:min(len(data), 8)])}, nil).redact(data)
 		parseNVIDIAInformation(data, 0)
 		parseOSRelease(data)
 		parseCPUModel(data)
