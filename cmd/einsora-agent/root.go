@@ -181,7 +181,14 @@ func inventoryCmd() *cobra.Command {
 			fmt.Fprintf(out, "os:        %s/%s %s (kernel %s)\ncpu:       %s, %d CPUs\nmemory:    %d MB\n",
 				inv.OS, inv.Arch, inv.OSVersion, inv.Kernel, inv.CPUModel, inv.CPUs, inv.MemoryMB)
 			for _, g := range inv.GPUs {
-				fmt.Fprintf(out, "gpu:       %s %s (%s)\n", g.Vendor, g.Model, g.ID)
+				switch {
+				case g.Parent != "":
+					fmt.Fprintf(out, "gpu:         MIG %s, %d MB (%s)\n", g.Profile, g.MemoryMB, g.ID)
+				case g.MIGMode != "":
+					fmt.Fprintf(out, "gpu:       %s %s (%s), MIG %s\n", g.Vendor, g.Model, g.ID, g.MIGMode)
+				default:
+					fmt.Fprintf(out, "gpu:       %s %s (%s)\n", g.Vendor, g.Model, g.ID)
+				}
 			}
 			if inv.Docker != nil {
 				fmt.Fprintf(out, "docker:    %s %s, runtimes %s\n", inv.Docker.Kind, inv.Docker.Version, strings.Join(inv.Docker.Runtimes, ", "))
