@@ -15,6 +15,7 @@ import (
 	"einsora.dev/edge/hub/adminapi"
 	"einsora.dev/edge/hub/ca"
 	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/hub/trust"
 	"einsora.dev/edge/protocol"
 )
 
@@ -121,7 +122,7 @@ func DecodeEnrollRequest(r io.Reader) (*EnrollRequest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("enrol request: %w", err)
 	}
-	return &EnrollRequest{Token: tok, CSR: csr, MachineID: in.MachineID, Name: bound(in.Name, 64)}, nil
+	return &EnrollRequest{Token: tok, CSR: csr, MachineID: in.MachineID, Name: trust.Text(in.Name, 64)}, nil
 }
 
 // Enroll admits a machine: it uses the token (once), registers the machine

@@ -81,7 +81,7 @@ func TestDetailIsBoundedAndStripped(t *testing.T) {
 	h.pass()
 	w = h.workload(w.ID)
 	s := status(w, protocol.ModeRun, protocol.CodeStarting)
-	s.Detail = strings.Repeat("\x1b[31mred", 1<<18)
+	s.Detail = strings.Repeat("\x1b[31mred\u202e", 1<<17)
 	h.report("m-1", h.desired("m-1"), s)
 	var got string
 	h.st.View(t.Context(), func(tx store.Tx) error {
@@ -91,7 +91,7 @@ func TestDetailIsBoundedAndStripped(t *testing.T) {
 		}
 		return err
 	})
-	if len(got) > protocol.MaxDetail || strings.ContainsRune(got, 0x1b) {
+	if len(got) > protocol.MaxDetail || strings.ContainsRune(got, 0x1b) || strings.ContainsRune(got, 0x202e) {
 		t.Errorf("stored detail of %d bytes with escapes: %q…", len(got), got[:min(len(got), 40)])
 	}
 }

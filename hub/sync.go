@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/hub/trust"
 	"einsora.dev/edge/protocol"
 )
 
@@ -162,11 +161,11 @@ func checkRequest(req *protocol.SyncRequest) error {
 	for _, s := range req.Statuses {
 		// What reaches the store must be text any database takes, or one
 		// agent's report could fail the batch it is written with.
-		if s.Workload == "" || len(s.Workload) > protocol.MaxIDLength || bound(s.Workload, protocol.MaxIDLength) != s.Workload {
+		if s.Workload == "" || len(s.Workload) > protocol.MaxIDLength || trust.Text(s.Workload, protocol.MaxIDLength) != s.Workload {
 			return fmt.Errorf("status with a workload ID of %d bytes that is empty, too long or not plain text", len(s.Workload))
 		}
 		if !codePattern.MatchString(string(s.Code)) {
-			return fmt.Errorf("status of %s: code %q is not a word of at most 64 lowercase letters, digits and _", s.Workload, bound(string(s.Code), 64))
+			return fmt.Errorf("status of %s: code %q is not a word of at most 64 lowercase letters, digits and _", s.Workload, trust.Text(string(s.Code), 64))
 		}
 		if s.Mode != "" && !s.Mode.Valid() {
 			return fmt.Errorf("status of %s: unknown mode", s.Workload)
@@ -290,9 +289,9 @@ func (h *Hub) recordOne(tx store.Tx, p *report, now time.Time) error {
 	m.LastSync = now
 	m.ReportedGeneration = p.req.Generation
 	m.AppliedGeneration = p.req.AppliedGeneration
-	m.AgentVersion = bound(p.req.AgentVersion, protocol.MaxVersionLen)
+	m.AgentVersion = trust.Text(p.req.AgentVersion, protocol.MaxVersionLen)
 	if p.req.BootID != "" {
-		m.BootID = bound(p.req.BootID, protocol.MaxIDLength)
+		m.BootID = trust.Text(p.req.BootID, protocol.MaxIDLength)
 	}
 	if !p.req.AgentStarted.IsZero() {
 		m.AgentStarted = p.req.AgentStarted
@@ -302,7 +301,7 @@ func (h *Hub) recordOne(tx store.Tx, p *report, now time.Time) error {
 	}
 	if p.req.PreviousStoreID != "" {
 		h.log.Warn("agent reports that it saw the store change and kept what it held",
-			"machine", p.machineID, "previous_store", bound(p.req.PreviousStoreID, protocol.MaxIDLength))
+			"machine", p.machineID, "previous_store", trust.Text(p.req.PreviousStoreID, protocol.MaxIDLength))
 	}
 	if err := tx.PutMachine(m); err != nil {
 		return err
@@ -316,7 +315,7 @@ func (h *Hub) recordOne(tx store.Tx, p *report, now time.Time) error {
 		since[s.Workload] = s
 	}
 	for _, s := range p.req.Statuses {
-		s.Detail = bound(s.Detail, protocol.MaxDetail)
+		s.Detail = trust.Text(s.Detail, protocol.MaxDetail)
 		rec := store.StatusRecord{Machine: p.machineID, Status: s, At: now}
 		// At is when the status took its present form: an agent
 		// repeats its statuses on every sync, and repeating
@@ -346,7 +345,7 @@ func (h *Hub) noteReturn(tx store.Tx, m store.Machine, req *protocol.SyncRequest
 	away := now.Sub(m.LastSync)
 	var text string
 	switch {
-	case m.BootID != "" && req.BootID != "" && m.BootID != bound(req.BootID, protocol.MaxIDLength):
+	case m.BootID != "" && req.BootID != "" && m.BootID != trust.Text(req.BootID, protocol.MaxIDLength):
 		text = fmt.Sprintf("machine %s rebooted (last heard %s before); what ran there was restarted or is gone", m.ID, away.Round(time.Second))
 	case !m.AgentStarted.IsZero() && !req.AgentStarted.Equal(m.AgentStarted):
 		text = fmt.Sprintf("the agent on machine %s restarted; the machine did not reboot", m.ID)
@@ -477,19 +476,4 @@ func modeOf(w store.Workload) (mode protocol.Mode, listed bool) {
 		return protocol.ModeRemove, true
 	}
 	return protocol.ModePark, true
-}
-
-// bound cuts reported text to n bytes of valid UTF-8 without control
-// characters: it is stored for operators and never shown to users.
-func bound(s string, n int) string {
-	if len(s) > n {
-		s = s[:n]
-	}
-	s = strings.ToValidUTF8(s, "")
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
-			return -1
-		}
-		return r
-	}, s)
 }
