@@ -77,7 +77,7 @@ func (h *Hub) RegisterMachine(ctx context.Context, id, name, owner, region strin
 		if m.Owner != "" && m.Owner != owner {
 			return fmt.Errorf("%w: machine %s belongs to %s; remove it before registering it for %s", ErrInvalid, id, m.Owner, owner)
 		}
-		m.Name, m.Owner, m.Region = trust.Text(name, 64), owner, region
+		m.Name, m.Owner, m.Region = trust.Text(name, maxMachineName), owner, region
 		return tx.PutMachine(m)
 	})
 }

@@ -104,7 +104,7 @@ func (h *Hub) Wake(machineID string) { h.polls.wake(machineID) }
 // at once when the agent's generation is behind, or holds the call until the
 // machine is woken or the poll timeout passes.
 func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequest) (*protocol.SyncResponse, error) {
-	if err := checkRequest(req); err != nil {
+	if err := CheckSyncRequest(req); err != nil {
 		return nil, fmt.Errorf("sync %s: %w: %w", machineID, ErrBadRequest, err)
 	}
 	// Wait before reading the generation, so a wake between the read and
@@ -143,9 +143,10 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 
 var codePattern = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
 
-// checkRequest refuses what no honest agent sends. Bounds on text are
+// CheckSyncRequest refuses what no honest agent sends; the HTTP decoder
+// calls it too. Bounds on text are
 // applied later, by truncation, since they decide nothing.
-func checkRequest(req *protocol.SyncRequest) error {
+func CheckSyncRequest(req *protocol.SyncRequest) error {
 	if req == nil {
 		return errors.New("empty request")
 	}
