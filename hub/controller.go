@@ -12,40 +12,6 @@ import (
 	"einsora.dev/edge/protocol"
 )
 
-// move puts w in state to, with reason, writes the timeline, and when its
-// mode on its machine changes bumps the machine's generation in the same
-// transaction and wakes the machine after commit (through wakes).
-func (h *Hub) move(tx store.Tx, w *store.Workload, to store.State, reason, text string, wakes *[]string) error {
-	before, beforeListed := modeOf(*w)
-	w.State, w.Reason, w.Since = to, reason, h.clk.Now()
-	after, afterListed := modeOf(*w)
-	if w.Machine != "" && (before != after || beforeListed != afterListed) {
-		gen, err := tx.BumpGeneration(w.Machine)
-		if err != nil {
-			return err
-		}
-		w.ModeGeneration = gen
-		*wakes = append(*wakes, w.Machine)
-	}
-	if err := tx.PutWorkload(*w); err != nil {
-		return err
-	}
-	return h.timeline(tx, w.ID, text)
-}
-
-func (h *Hub) timeline(tx store.Tx, workload, text string) error {
-	return tx.AddTimeline(store.TimelineEntry{Workload: workload, At: h.clk.Now(), Text: text})
-}
-
-// wakeAll wakes the machines' long polls, here and, through the store, on
-// every other replica. Call it after the commit that changed them.
-func (h *Hub) wakeAll(ids []string) {
-	for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
-		h.Wake(id)
-		h.notifyReplicas(context.Background(), id)
-	}
-}
-
 // observe moves workloads on the machines that reported since the last
 // pass, by what their statuses say.
 func (h *Hub) observe(ctx context.Context) error {
@@ -351,4 +317,99 @@ func (h *Hub) settle(ms []store.Machine) bool {
 	h.settled = true
 	h.log.Info("settled: admitting", "waited", now.Sub(h.started), "missing", waiting)
 	return true
+}
+
+// Run runs the region's controller until ctx is done: while it holds the
+// lease controller:<region>, it observes what agents report, admits
+// workloads, and fails what is stuck, whenever a sync or an admin change
+// wakes it and at least every ControllerInterval; otherwise it stands by,
+// trying for the lease.
+func (h *Hub) Run(ctx context.Context) error {
+	h.markAllDirty(ctx)
+	listening := make(chan struct{})
+	go func() {
+		defer close(listening)
+		h.listenReplicas(ctx)
+	}()
+	defer func() { <-listening }()
+	t := h.clk.NewTimer(0)
+	defer t.Stop()
+	defer h.release(context.WithoutCancel(ctx))
+	renewed := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-h.kick:
+		case <-t.C():
+		}
+		// Renew at a third of the lease's life, so two renewals can fail
+		// before it lapses.
+		if h.clk.Now().Sub(renewed) >= h.cfg.LeaseTTL/3 || h.leaderEpoch() == 0 {
+			if h.lease(ctx) {
+				renewed = h.clk.Now()
+			}
+		}
+		if h.leaderEpoch() != 0 {
+			if err := h.pass(ctx); err != nil && ctx.Err() == nil {
+				h.log.Error("controller pass failed", "err", err)
+				if errors.Is(err, ErrNotLeader) {
+					h.setEpoch(0)
+					h.log.Warn("stepped down: a controller write was refused", "lease", h.leaseName())
+				}
+			}
+		}
+		t.Reset(min(h.cfg.ControllerInterval, h.cfg.LeaseTTL/3))
+	}
+}
+
+// Pass takes or renews the region's lease and, if it leads, runs one
+// controller pass. Tests call it directly instead of Run.
+func (h *Hub) Pass(ctx context.Context) error {
+	if !h.lease(ctx) {
+		return ErrNotLeader
+	}
+	return h.pass(ctx)
+}
+
+func (h *Hub) pass(ctx context.Context) error {
+	return errors.Join(h.observe(ctx), h.admit(ctx), h.sweep(ctx))
+}
+
+func (h *Hub) wakeController() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (h *Hub) markDirty(machineID string) {
+	h.dirtyMu.Lock()
+	h.dirty[machineID] = true
+	h.dirtyMu.Unlock()
+	h.wakeController()
+}
+
+func (h *Hub) markAllDirty(ctx context.Context) {
+	var ms []store.Machine
+	if err := h.store.View(ctx, func(tx store.Tx) (err error) { ms, err = tx.Machines(); return err }); err != nil {
+		h.log.Error("list machines", "err", err)
+		return
+	}
+	h.dirtyMu.Lock()
+	defer h.dirtyMu.Unlock()
+	for _, m := range ms {
+		h.dirty[m.ID] = true
+	}
+}
+
+func (h *Hub) takeDirty() []string {
+	h.dirtyMu.Lock()
+	defer h.dirtyMu.Unlock()
+	ids := make([]string, 0, len(h.dirty))
+	for id := range h.dirty {
+		ids = append(ids, id)
+	}
+	clear(h.dirty)
+	return ids
 }

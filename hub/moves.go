@@ -1,0 +1,46 @@
+// The moves of a workload between states, shared by the admin verbs and
+// the controller: each writes the timeline and wakes the machines it
+// changed, after commit.
+
+package hub
+
+import (
+	"context"
+	"slices"
+
+	"einsora.dev/edge/hub/store"
+)
+
+// move puts w in state to, with reason, writes the timeline, and when its
+// mode on its machine changes bumps the machine's generation in the same
+// transaction and wakes the machine after commit (through wakes).
+func (h *Hub) move(tx store.Tx, w *store.Workload, to store.State, reason, text string, wakes *[]string) error {
+	before, beforeListed := modeOf(*w)
+	w.State, w.Reason, w.Since = to, reason, h.clk.Now()
+	after, afterListed := modeOf(*w)
+	if w.Machine != "" && (before != after || beforeListed != afterListed) {
+		gen, err := tx.BumpGeneration(w.Machine)
+		if err != nil {
+			return err
+		}
+		w.ModeGeneration = gen
+		*wakes = append(*wakes, w.Machine)
+	}
+	if err := tx.PutWorkload(*w); err != nil {
+		return err
+	}
+	return h.timeline(tx, w.ID, text)
+}
+
+func (h *Hub) timeline(tx store.Tx, workload, text string) error {
+	return tx.AddTimeline(store.TimelineEntry{Workload: workload, At: h.clk.Now(), Text: text})
+}
+
+// wakeAll wakes the machines' long polls, here and, through the store, on
+// every other replica. Call it after the commit that changed them.
+func (h *Hub) wakeAll(ids []string) {
+	for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
+		h.Wake(id)
+		h.notifyReplicas(context.Background(), id)
+	}
+}
