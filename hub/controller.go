@@ -45,7 +45,7 @@ func (h *Hub) observeMachine(tx store.Tx, machineID string, wakes *[]string) err
 	}
 	// Another region's controller observes it; an offline machine's
 	// statuses decide nothing.
-	if m.Region != h.cfg.Region || !h.online(m) {
+	if m.Region != h.cfg.Region || !h.presence.online(m) {
 		return nil
 	}
 	statuses, err := tx.Statuses(machineID)
@@ -271,7 +271,7 @@ func (h *Hub) fleet(tx store.Tx, ms []store.Machine) (*placement.Fleet, map[stri
 		}
 		pms = append(pms, placement.Machine{
 			ID: m.ID, Owner: m.Owner, Region: m.Region, OS: m.OS, Arch: m.Arch,
-			Online: h.online(m),
+			Online: h.presence.online(m),
 			CPUs:   m.Inventory.CPUs, MemoryMB: m.Inventory.MemoryMB,
 			Devices: placement.DevicesFromInventory(*m.Inventory),
 			Drivers: m.Inventory.Drivers,
@@ -300,7 +300,7 @@ func (h *Hub) settle(ms []store.Machine) bool {
 	}
 	waiting := 0
 	for _, m := range ms {
-		wasOnline := !m.LastSync.IsZero() && m.LastSync.After(lastHeard.Add(-h.cfg.OfflineAfter))
+		wasOnline := h.presence.wasOnline(m, lastHeard)
 		registeredSince := !m.Registered.Before(h.started)
 		if m.Revoked || !wasOnline && !registeredSince {
 			continue
@@ -310,7 +310,7 @@ func (h *Hub) settle(ms []store.Machine) bool {
 		}
 	}
 	now := h.clk.Now()
-	if waiting > 0 && now.Sub(h.started) < h.cfg.OfflineAfter {
+	if waiting > 0 && h.presence.justStarted() {
 		h.log.Debug("settling: waiting for machines to reconnect before admitting", "machines", waiting)
 		return false
 	}

@@ -80,8 +80,9 @@ type Hub struct {
 	// started is when this hub process started; settled is set, once and
 	// for good, when the machines it expects have synced with it. Only the
 	// controller goroutine touches settled.
-	started time.Time
-	settled bool
+	started  time.Time
+	presence presence
+	settled  bool
 	// silent is set while every machine is silent, so it is logged once.
 	silent bool
 
@@ -145,6 +146,10 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 		dirty:   make(map[string]bool),
 		started: cfg.Clock.Now(),
 		lead:    leadership{changed: make(chan struct{})},
+	}
+	h.presence = presence{
+		clk: cfg.Clock, offlineAfter: cfg.OfflineAfter, failAfter: cfg.OfflineFailAfter,
+		started: h.started, connected: h.polls.connected,
 	}
 	if err := h.seedClasses(ctx); err != nil {
 		return nil, err

@@ -43,7 +43,7 @@ func (h *Hub) Machines(ctx context.Context) ([]MachineView, error) {
 	err := h.store.View(ctx, func(tx store.Tx) (err error) { ms, err = tx.Machines(); return err })
 	out := make([]MachineView, len(ms))
 	for i, m := range ms {
-		out[i] = MachineView{Machine: m, Online: h.online(m)}
+		out[i] = MachineView{Machine: m, Online: h.presence.online(m)}
 	}
 	return out, err
 }
@@ -52,11 +52,7 @@ func (h *Hub) Machines(ctx context.Context) ([]MachineView, error) {
 func (h *Hub) Machine(ctx context.Context, id string) (MachineView, error) {
 	var m store.Machine
 	err := h.store.View(ctx, func(tx store.Tx) (err error) { m, err = tx.Machine(id); return err })
-	return MachineView{Machine: m, Online: err == nil && h.online(m)}, err
-}
-
-func (h *Hub) online(m store.Machine) bool {
-	return !m.LastSync.IsZero() && h.clk.Now().Sub(m.LastSync) < h.cfg.OfflineAfter || h.polls.connected(m.ID)
+	return MachineView{Machine: m, Online: err == nil && h.presence.online(m)}, err
 }
 
 // RemoveMachine forgets a machine, so its ID may enrol again (for another

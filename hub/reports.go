@@ -119,8 +119,7 @@ func (h *Hub) recordOne(tx store.Tx, p *report, now time.Time) error {
 		return fmt.Errorf("sync %s: %w", p.machineID, ErrRevoked)
 	}
 	p.gen = m.Generation
-	// (Not h.online: this very poll already counts as connected.)
-	p.news = now.Sub(m.LastSync) >= h.cfg.OfflineAfter || m.LastSync.Before(h.started)
+	p.news = h.presence.returning(m, now)
 	if err := h.noteReturn(tx, m, p.req, now); err != nil {
 		return err
 	}
@@ -187,7 +186,7 @@ func (h *Hub) noteReturn(tx store.Tx, m store.Machine, req *protocol.SyncRequest
 		text = fmt.Sprintf("machine %s rebooted (last heard %s before); what ran there was restarted or is gone", m.ID, away.Round(time.Second))
 	case !m.AgentStarted.IsZero() && !req.AgentStarted.Equal(m.AgentStarted):
 		text = fmt.Sprintf("the agent on machine %s restarted; the machine did not reboot", m.ID)
-	case away >= h.cfg.OfflineAfter:
+	case h.presence.cutOff(away):
 		text = fmt.Sprintf("machine %s was cut off for %s and is back; it did not reboot, so its workloads kept running", m.ID, away.Round(time.Second))
 	default:
 		return nil

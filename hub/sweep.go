@@ -3,24 +3,9 @@ package hub
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"einsora.dev/edge/hub/store"
 )
-
-// offlineFor is how long the hub has missed m. The hub's own downtime never
-// counts against a machine: the clock starts no earlier than this hub's
-// start.
-func (h *Hub) offlineFor(m store.Machine) time.Duration {
-	if h.polls.connected(m.ID) {
-		return 0
-	}
-	last := m.LastSync
-	if last.Before(h.started) {
-		last = h.started
-	}
-	return h.clk.Now().Sub(last)
-}
 
 // sweep fails what is stuck: the running workloads of machines offline for
 // OfflineFailAfter (and stops their stopping ones), and workloads that
@@ -42,9 +27,8 @@ func (h *Hub) sweep(ctx context.Context) error {
 			if m.Region != h.cfg.Region || m.LastSync.IsZero() {
 				continue
 			}
-			d := h.offlineFor(m)
-			heard = heard || d < h.cfg.OfflineAfter
-			if d >= h.cfg.OfflineFailAfter {
+			heard = heard || h.presence.heard(m)
+			if h.presence.gone(m) {
 				gone = append(gone, m)
 			}
 		}
