@@ -104,12 +104,12 @@ func (h *Hub) CreateWorkload(ctx context.Context, spec WorkloadSpec) (store.Work
 		if err := tx.CreateWorkload(w); err != nil {
 			return err
 		}
-		return h.timeline(tx, w.ID, fmt.Sprintf("created: %s %s of class %s in region %s", w.Kind, w.Name, w.Class, w.Region))
+		return timeline(tx, h.clk.Now(), w.ID, fmt.Sprintf("created: %s %s of class %s in region %s", w.Kind, w.Name, w.Class, w.Region))
 	})
 	if err != nil {
 		return store.Workload{}, err
 	}
-	h.wakeController()
+	h.ctl.wakeController()
 	return w, nil
 }
 
@@ -125,7 +125,7 @@ func (h *Hub) RunWorkload(ctx context.Context, id string) error {
 	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *[]string) error {
 		switch w.State {
 		case store.StateStopped, store.StateFailed, store.StateStopping:
-			return h.move(tx, w, store.StatePending, "", "asked to run", wakes)
+			return move(tx, h.clk.Now(), w, store.StatePending, "", "asked to run", wakes)
 		case store.StateDeleting:
 			return fmt.Errorf("%w: workload %s is being deleted", ErrInvalid, id)
 		}
@@ -138,9 +138,9 @@ func (h *Hub) ParkWorkload(ctx context.Context, id string) error {
 	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *[]string) error {
 		switch w.State {
 		case store.StateProvisioning, store.StateRunning:
-			return h.move(tx, w, store.StateStopping, "", "asked to stop", wakes)
+			return move(tx, h.clk.Now(), w, store.StateStopping, "", "asked to stop", wakes)
 		case store.StatePending, store.StateQueued:
-			return h.move(tx, w, store.StateStopped, "", "asked to stop before it was placed", wakes)
+			return move(tx, h.clk.Now(), w, store.StateStopped, "", "asked to stop before it was placed", wakes)
 		case store.StateDeleting:
 			return fmt.Errorf("%w: workload %s is being deleted", ErrInvalid, id)
 		}
@@ -153,7 +153,7 @@ func (h *Hub) ParkWorkload(ctx context.Context, id string) error {
 func (h *Hub) DeleteWorkload(ctx context.Context, id string) error {
 	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *[]string) error {
 		if w.Machine == "" {
-			if err := h.timeline(tx, w.ID, "deleted"); err != nil {
+			if err := timeline(tx, h.clk.Now(), w.ID, "deleted"); err != nil {
 				return err
 			}
 			return tx.DeleteWorkload(w.ID)
@@ -161,7 +161,7 @@ func (h *Hub) DeleteWorkload(ctx context.Context, id string) error {
 		if w.State == store.StateDeleting {
 			return nil
 		}
-		return h.move(tx, w, store.StateDeleting, "", "asked to delete; removing it and its data from machine "+w.Machine, wakes)
+		return move(tx, h.clk.Now(), w, store.StateDeleting, "", "asked to delete; removing it and its data from machine "+w.Machine, wakes)
 	})
 }
 
@@ -179,7 +179,7 @@ func (h *Hub) change(ctx context.Context, id string, fn func(tx store.Tx, w *sto
 		return err
 	}
 	h.wakeAll(wakes)
-	h.wakeController()
+	h.ctl.wakeController()
 	return nil
 }
 

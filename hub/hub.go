@@ -71,22 +71,13 @@ type Hub struct {
 	polls   polls
 	reports reports
 
-	// kick wakes the controller; dirty holds the machines whose reports
-	// it has not yet observed.
-	kick    chan struct{}
-	dirtyMu sync.Mutex
-	dirty   map[string]bool
-
-	// started is when this hub process started; settled is set, once and
-	// for good, when the machines it expects have synced with it. Only the
-	// controller goroutine touches settled.
+	// started is when this hub process started; presence judges machines
+	// online or offline from it (rule 8).
 	started  time.Time
 	presence presence
-	settled  bool
-	// silent is set while every machine is silent, so it is logged once.
-	silent bool
 
-	lead leadership
+	// ctl is the region's controller, run by Run.
+	ctl *Controller
 
 	// desired caches each machine's desired state under its generation
 	// (machine ID → *protocol.SyncResponse), read without a global lock.
@@ -142,15 +133,13 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 		cfg:     cfg,
 		drivers: placement.DriverTable(cfg.Drivers),
 		polls:   polls{waiting: make(map[string]*poll)},
-		kick:    make(chan struct{}, 1),
-		dirty:   make(map[string]bool),
 		started: cfg.Clock.Now(),
-		lead:    leadership{changed: make(chan struct{})},
 	}
 	h.presence = presence{
 		clk: cfg.Clock, offlineAfter: cfg.OfflineAfter, failAfter: cfg.OfflineFailAfter,
 		started: h.started, connected: h.polls.connected,
 	}
+	h.ctl = newController(cfg, h.log, h.started, h.presence, h.wakeAll)
 	if err := h.seedClasses(ctx); err != nil {
 		return nil, err
 	}
@@ -177,3 +166,21 @@ func (h *Hub) seedClasses(ctx context.Context) error {
 		return nil
 	})
 }
+
+// Run runs the region's controller until ctx is done, and, when the store
+// carries wake-ups between replicas, listens for them. It returns once
+// every goroutine it started has stopped.
+func (h *Hub) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { h.listenReplicas(ctx, &wg) })
+	return h.ctl.Run(ctx)
+}
+
+// Pass takes or renews the region's lease and, if it leads, runs one
+// controller pass. Tests call it directly instead of Run.
+func (h *Hub) Pass(ctx context.Context) error { return h.ctl.Pass(ctx) }
+
+// Leadership reports whether this hub leads its region now, and a channel
+// closed at the next change.
+func (h *Hub) Leadership() (leading bool, changed <-chan struct{}) { return h.ctl.Leadership() }

@@ -477,7 +477,7 @@ func TestNoOverCommitUnderConcurrentAdmits(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			if err := h.admit(context.Background()); err != nil {
+			if err := h.ctl.admit(context.Background()); err != nil {
 				t.Error(err)
 			}
 		})

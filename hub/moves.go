@@ -7,6 +7,7 @@ package hub
 import (
 	"context"
 	"slices"
+	"time"
 
 	"einsora.dev/edge/hub/store"
 )
@@ -14,9 +15,9 @@ import (
 // move puts w in state to, with reason, writes the timeline, and when its
 // mode on its machine changes bumps the machine's generation in the same
 // transaction and wakes the machine after commit (through wakes).
-func (h *Hub) move(tx store.Tx, w *store.Workload, to store.State, reason, text string, wakes *[]string) error {
+func move(tx store.Tx, now time.Time, w *store.Workload, to store.State, reason, text string, wakes *[]string) error {
 	before, beforeListed := modeOf(*w)
-	w.State, w.Reason, w.Since = to, reason, h.clk.Now()
+	w.State, w.Reason, w.Since = to, reason, now
 	after, afterListed := modeOf(*w)
 	if w.Machine != "" && (before != after || beforeListed != afterListed) {
 		gen, err := tx.BumpGeneration(w.Machine)
@@ -29,11 +30,11 @@ func (h *Hub) move(tx store.Tx, w *store.Workload, to store.State, reason, text 
 	if err := tx.PutWorkload(*w); err != nil {
 		return err
 	}
-	return h.timeline(tx, w.ID, text)
+	return timeline(tx, now, w.ID, text)
 }
 
-func (h *Hub) timeline(tx store.Tx, workload, text string) error {
-	return tx.AddTimeline(store.TimelineEntry{Workload: workload, At: h.clk.Now(), Text: text})
+func timeline(tx store.Tx, now time.Time, workload, text string) error {
+	return tx.AddTimeline(store.TimelineEntry{Workload: workload, At: now, Text: text})
 }
 
 // wakeAll wakes the machines' long polls, here and, through the store, on

@@ -197,7 +197,7 @@ func (h *Hub) noteReturn(tx store.Tx, m store.Machine, req *protocol.SyncRequest
 		return err
 	}
 	for _, w := range ws {
-		if err := h.timeline(tx, w.ID, text); err != nil {
+		if err := timeline(tx, h.clk.Now(), w.ID, text); err != nil {
 			return err
 		}
 	}

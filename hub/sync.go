@@ -36,7 +36,7 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 		return nil, err
 	}
 	if news {
-		h.markDirty(machineID)
+		h.ctl.markDirty(machineID)
 		h.notifyReplicas(ctx, observePrefix+machineID)
 	}
 	if req.StoreID == h.store.ID() && req.Generation == gen {
