@@ -122,7 +122,7 @@ func newWorkloadID() string {
 // RunWorkload asks for a stopped or failed workload to run again. It waits
 // for admission, which makes a new attempt.
 func (h *Hub) RunWorkload(ctx context.Context, id string) error {
-	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *[]string) error {
+	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *changes) error {
 		switch w.State {
 		case store.StateStopped, store.StateFailed, store.StateStopping:
 			return move(tx, h.clk.Now(), w, store.StatePending, "", "asked to run", wakes)
@@ -135,7 +135,7 @@ func (h *Hub) RunWorkload(ctx context.Context, id string) error {
 
 // ParkWorkload stops a workload, keeping its data.
 func (h *Hub) ParkWorkload(ctx context.Context, id string) error {
-	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *[]string) error {
+	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *changes) error {
 		switch w.State {
 		case store.StateProvisioning, store.StateRunning:
 			return move(tx, h.clk.Now(), w, store.StateStopping, "", "asked to stop", wakes)
@@ -151,7 +151,7 @@ func (h *Hub) ParkWorkload(ctx context.Context, id string) error {
 // DeleteWorkload removes a workload and its data: at once when no machine
 // holds it, else once its machine says it removed it.
 func (h *Hub) DeleteWorkload(ctx context.Context, id string) error {
-	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *[]string) error {
+	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *changes) error {
 		if w.Machine == "" {
 			if err := timeline(tx, h.clk.Now(), w.ID, "deleted"); err != nil {
 				return err
@@ -165,8 +165,8 @@ func (h *Hub) DeleteWorkload(ctx context.Context, id string) error {
 	})
 }
 
-func (h *Hub) change(ctx context.Context, id string, fn func(tx store.Tx, w *store.Workload, wakes *[]string) error) error {
-	var wakes []string
+func (h *Hub) change(ctx context.Context, id string, fn func(tx store.Tx, w *store.Workload, wakes *changes) error) error {
+	var wakes changes
 	err := h.store.Update(ctx, func(tx store.Tx) error {
 		wakes = wakes[:0]
 		w, err := tx.Workload(id)
@@ -178,7 +178,7 @@ func (h *Hub) change(ctx context.Context, id string, fn func(tx store.Tx, w *sto
 	if err != nil {
 		return err
 	}
-	h.wakeAll(wakes)
+	tell(h.backend, wakes)
 	h.ctl.wakeController()
 	return nil
 }

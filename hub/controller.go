@@ -22,8 +22,9 @@ type Controller struct {
 	log      *slog.Logger
 	cfg      Config
 	presence presence
-	// wake tells machines, after commit, that their desired state changed.
-	wake func(machineIDs []string)
+	// backend is the runtime the controller places on: it offers
+	// capacity, reports what it observed, and is told what changed.
+	backend Backend
 
 	// kick wakes the controller; dirty holds the machines whose reports
 	// it has not yet observed.
@@ -31,12 +32,10 @@ type Controller struct {
 	dirtyMu sync.Mutex
 	dirty   map[string]bool
 
-	// started is when this hub process started; settled is set, once and
-	// for good, when the machines it expects have synced with it. Only the
-	// controller's passes touch settled and silent.
+	// started is when this hub process started.
 	started time.Time
-	settled bool
 	// silent is set while every machine is silent, so it is logged once.
+	// Only the controller's passes touch it.
 	silent bool
 
 	lead leadership
@@ -44,9 +43,9 @@ type Controller struct {
 
 // newController returns the controller of cfg.Region; cfg has its
 // defaults already.
-func newController(cfg Config, log *slog.Logger, started time.Time, p presence, wake func([]string)) *Controller {
+func newController(cfg Config, log *slog.Logger, started time.Time, p presence, b Backend) *Controller {
 	return &Controller{
-		store: cfg.Store, clk: cfg.Clock, log: log, cfg: cfg, presence: p, wake: wake,
+		store: cfg.Store, clk: cfg.Clock, log: log, cfg: cfg, presence: p, backend: b,
 		kick:    make(chan struct{}, 1),
 		dirty:   make(map[string]bool),
 		started: started,

@@ -76,6 +76,8 @@ type Hub struct {
 	started  time.Time
 	presence presence
 
+	// backend runs what the controller places: this hub's agents.
+	backend Backend
 	// ctl is the region's controller, run by Run.
 	ctl *Controller
 
@@ -139,7 +141,8 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 		clk: cfg.Clock, offlineAfter: cfg.OfflineAfter, failAfter: cfg.OfflineFailAfter,
 		started: h.started, connected: h.polls.connected,
 	}
-	h.ctl = newController(cfg, h.log, h.started, h.presence, h.wakeAll)
+	h.backend = &agentBackend{region: cfg.Region, log: h.log, presence: h.presence, wake: h.wakeAll}
+	h.ctl = newController(cfg, h.log, h.started, h.presence, h.backend)
 	if err := h.seedClasses(ctx); err != nil {
 		return nil, err
 	}

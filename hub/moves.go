@@ -5,8 +5,6 @@
 package hub
 
 import (
-	"context"
-	"slices"
 	"time"
 
 	"einsora.dev/edge/hub/store"
@@ -15,7 +13,7 @@ import (
 // move puts w in state to, with reason, writes the timeline, and when its
 // mode on its machine changes bumps the machine's generation in the same
 // transaction and wakes the machine after commit (through wakes).
-func move(tx store.Tx, now time.Time, w *store.Workload, to store.State, reason, text string, wakes *[]string) error {
+func move(tx store.Tx, now time.Time, w *store.Workload, to store.State, reason, text string, wakes *changes) error {
 	before, beforeListed := modeOf(*w)
 	w.State, w.Reason, w.Since = to, reason, now
 	after, afterListed := modeOf(*w)
@@ -25,7 +23,7 @@ func move(tx store.Tx, now time.Time, w *store.Workload, to store.State, reason,
 			return err
 		}
 		w.ModeGeneration = gen
-		*wakes = append(*wakes, w.Machine)
+		wakes.add(after, w.ID, w.Machine)
 	}
 	if err := tx.PutWorkload(*w); err != nil {
 		return err
@@ -35,13 +33,4 @@ func move(tx store.Tx, now time.Time, w *store.Workload, to store.State, reason,
 
 func timeline(tx store.Tx, now time.Time, workload, text string) error {
 	return tx.AddTimeline(store.TimelineEntry{Workload: workload, At: now, Text: text})
-}
-
-// wakeAll wakes the machines' long polls, here and, through the store, on
-// every other replica. Call it after the commit that changed them.
-func (h *Hub) wakeAll(ids []string) {
-	for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
-		h.Wake(id)
-		h.notifyReplicas(context.Background(), id)
-	}
 }

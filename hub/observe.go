@@ -14,7 +14,7 @@ import (
 func (c *Controller) observe(ctx context.Context) error {
 	var errs []error
 	for _, id := range c.takeDirty() {
-		var wakes []string
+		var wakes changes
 		err := c.store.Update(ctx, func(tx store.Tx) error {
 			wakes = wakes[:0]
 			if err := c.fence(tx); err != nil {
@@ -30,39 +30,26 @@ func (c *Controller) observe(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("observe %s: %w", id, err))
 			continue
 		}
-		c.wake(wakes)
+		tell(c.backend, wakes)
 	}
 	return errors.Join(errs...)
 }
 
-func (c *Controller) observeMachine(tx store.Tx, machineID string, wakes *[]string) error {
-	m, err := tx.Machine(machineID)
-	if err != nil {
+func (c *Controller) observeMachine(tx store.Tx, machineID string, wakes *changes) error {
+	obs, ok, err := c.backend.Observe(tx, machineID)
+	if err != nil || !ok {
 		return err
-	}
-	// Another region's controller observes it; an offline machine's
-	// statuses decide nothing.
-	if m.Region != c.cfg.Region || !c.presence.online(m) {
-		return nil
-	}
-	statuses, err := tx.Statuses(machineID)
-	if err != nil {
-		return err
-	}
-	byWorkload := make(map[string]store.StatusRecord, len(statuses))
-	for _, s := range statuses {
-		byWorkload[s.Workload] = s
 	}
 	ws, err := tx.Workloads(store.WorkloadFilter{Machine: machineID})
 	if err != nil {
 		return err
 	}
 	for _, w := range ws {
-		s, ok := byWorkload[w.ID]
-		if !ok && w.State == store.StateProvisioning && m.AppliedGeneration >= w.ModeGeneration {
-			// Its agent applied the desired state that lists it and says
+		s, ok := obs.Statuses[w.ID]
+		if w.State == store.StateProvisioning && obs.Absent(w) {
+			// Its runtime applied the desired state that lists it and says
 			// nothing of it: run it again, under the same attempt.
-			*wakes = append(*wakes, m.ID)
+			wakes.add(protocol.ModeRun, w.ID, machineID)
 			continue
 		}
 		if !ok || !answers(w, s.Status) {
@@ -85,7 +72,7 @@ func answers(w store.Workload, s protocol.Status) bool {
 
 // apply is the observe step's transition table: the workload's state and
 // what its machine reported decide its next state.
-func (c *Controller) apply(tx store.Tx, w *store.Workload, rec store.StatusRecord, wakes *[]string) error {
+func (c *Controller) apply(tx store.Tx, w *store.Workload, rec store.StatusRecord, wakes *changes) error {
 	s := rec.Status
 	switch w.State {
 	case store.StateProvisioning, store.StateRunning:
@@ -115,7 +102,7 @@ func (c *Controller) apply(tx store.Tx, w *store.Workload, rec store.StatusRecor
 			if _, err := tx.BumpGeneration(w.Machine); err != nil {
 				return err
 			}
-			*wakes = append(*wakes, w.Machine)
+			wakes.add(protocol.ModeRemove, w.ID, w.Machine)
 		}
 	default:
 		// A parked endpoint is removed; once it is, the machine holds
@@ -126,7 +113,7 @@ func (c *Controller) apply(tx store.Tx, w *store.Workload, rec store.StatusRecor
 			if _, err := tx.BumpGeneration(machine); err != nil {
 				return err
 			}
-			*wakes = append(*wakes, machine)
+			wakes.add(protocol.ModeRemove, w.ID, machine)
 			if err := tx.PutWorkload(*w); err != nil {
 				return err
 			}

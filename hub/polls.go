@@ -1,6 +1,8 @@
 package hub
 
 import (
+	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -85,3 +87,12 @@ func (h *Hub) Wake(machineID string) { h.polls.wake(machineID) }
 // Load shedding counts requests in flight less these, which cost nothing
 // while they wait.
 func (h *Hub) WaitingPolls() int { return int(h.polls.held.Load()) }
+
+// wakeAll wakes the machines' long polls, here and, through the store, on
+// every other replica. Call it after the commit that changed them.
+func (h *Hub) wakeAll(ids []string) {
+	for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
+		h.Wake(id)
+		h.notifyReplicas(context.Background(), id)
+	}
+}

@@ -11,7 +11,7 @@ import (
 // OfflineFailAfter (and stops their stopping ones), and workloads that
 // provisioned for ProvisioningTimeout without progress.
 func (c *Controller) sweep(ctx context.Context) error {
-	var wakes []string
+	var wakes changes
 	err := c.store.Update(ctx, func(tx store.Tx) error {
 		wakes = wakes[:0]
 		if err := c.fence(tx); err != nil {
@@ -50,7 +50,7 @@ func (c *Controller) sweep(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
-	c.wake(wakes)
+	tell(c.backend, wakes)
 	return nil
 }
 
@@ -63,7 +63,7 @@ func (c *Controller) logSilence(machines int) {
 		"machines", machines)
 }
 
-func (c *Controller) failOffline(tx store.Tx, m store.Machine, wakes *[]string) error {
+func (c *Controller) failOffline(tx store.Tx, m store.Machine, wakes *changes) error {
 	ws, err := tx.Workloads(store.WorkloadFilter{Machine: m.ID, States: []store.State{store.StateRunning, store.StateStopping}})
 	if err != nil {
 		return err
@@ -86,7 +86,7 @@ func (c *Controller) failOffline(tx store.Tx, m store.Machine, wakes *[]string) 
 
 // failStuck fails the workloads of this region that have provisioned for
 // ProvisioningTimeout since they were placed or last reported progress.
-func (c *Controller) failStuck(tx store.Tx, wakes *[]string) error {
+func (c *Controller) failStuck(tx store.Tx, wakes *changes) error {
 	ws, err := tx.Workloads(store.WorkloadFilter{States: []store.State{store.StateProvisioning}})
 	if err != nil {
 		return err
