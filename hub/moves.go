@@ -1,7 +1,3 @@
-// The moves of a workload between states, shared by the admin verbs and
-// the controller: each writes the timeline and wakes the machines it
-// changed, after commit.
-
 package hub
 
 import (
@@ -12,7 +8,8 @@ import (
 
 // move puts w in state to, with reason, writes the timeline, and when its
 // mode on its machine changes bumps the machine's generation in the same
-// transaction and wakes the machine after commit (through wakes).
+// transaction and notes the change for the backend, told after commit
+// (through wakes). The admin verbs and the controller share it.
 func move(tx store.Tx, now time.Time, w *store.Workload, to store.State, reason, text string, wakes *changes) error {
 	before, beforeListed := modeOf(*w)
 	w.State, w.Reason, w.Since = to, reason, now
