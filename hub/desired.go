@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"einsora.dev/edge/hub/store"
@@ -13,6 +14,11 @@ func (h *Hub) Desired(ctx context.Context, machineID string) (*protocol.SyncResp
 	var resp *protocol.SyncResponse
 	err := h.store.View(ctx, func(tx store.Tx) error {
 		m, err := tx.Machine(machineID)
+		if errors.Is(err, store.ErrNotFound) {
+			// Removed while its poll waited: answered as any unknown
+			// machine is.
+			return ErrUnknownMachine
+		}
 		if err != nil {
 			return err
 		}

@@ -543,3 +543,17 @@ func TestRemoveMachineOnlyWhenItHoldsNothing(t *testing.T) {
 		t.Errorf("registering the removed machine for another owner: %v", err)
 	}
 }
+
+// TestSyncOfAMachineRemovedWhilePollingIsUnknown: a machine removed while
+// its poll waits is answered as any unknown machine, so its agent is told
+// to enrol again rather than that the hub failed.
+func TestSyncOfAMachineRemovedWhilePollingIsUnknown(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	if err := h.RemoveMachine(context.Background(), "m-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Desired(context.Background(), "m-1"); !errors.Is(err, ErrUnknownMachine) {
+		t.Errorf("desired state of a removed machine: got %v, want ErrUnknownMachine", err)
+	}
+}
