@@ -477,7 +477,7 @@ func TestNoOverCommitUnderConcurrentAdmits(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			if err := h.admit(context.Background()); err != nil {
+			if err := h.ctl.admit(context.Background()); err != nil {
 				t.Error(err)
 			}
 		})
@@ -541,5 +541,19 @@ func TestRemoveMachineOnlyWhenItHoldsNothing(t *testing.T) {
 	}
 	if err := h.RegisterMachine(context.Background(), "m-1", "m-1", "globex", "local"); err != nil {
 		t.Errorf("registering the removed machine for another owner: %v", err)
+	}
+}
+
+// TestSyncOfAMachineRemovedWhilePollingIsUnknown: a machine removed while
+// its poll waits is answered as any unknown machine, so its agent is told
+// to enrol again rather than that the hub failed.
+func TestSyncOfAMachineRemovedWhilePollingIsUnknown(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	if err := h.RemoveMachine(context.Background(), "m-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Desired(context.Background(), "m-1"); !errors.Is(err, ErrUnknownMachine) {
+		t.Errorf("desired state of a removed machine: got %v, want ErrUnknownMachine", err)
 	}
 }

@@ -188,7 +188,7 @@ func TestRule9_OneLeaderPerRegionAndStaleEpochRefused(t *testing.T) {
 	}
 	// The old leader wakes up still believing it leads: its writes fail.
 	w := b.create("web", protocol.KindContainer)
-	if err := a.Hub.pass(ctx); !errors.Is(err, ErrNotLeader) {
+	if err := a.ctl.pass(ctx); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("old leader's write: got %v, want ErrNotLeader", err)
 	}
 	wantState(t, b, w.ID, store.StatePending)

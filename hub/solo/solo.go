@@ -18,6 +18,7 @@ import (
 	"einsora.dev/edge/agent"
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub"
+	"einsora.dev/edge/hub/httpapi"
 	"einsora.dev/edge/hub/store/sqlite"
 	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/inventory"
@@ -135,7 +136,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("solo: admin API: %w (is another hub running? pick another with --admin)", err)
 	}
-	srv := &http.Server{Handler: h.AdminHandler(token), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: httpapi.New(h, clk, log).AdminHandler(token), ReadHeaderTimeout: 10 * time.Second}
 	adminURL := "http://" + ln.Addr().String()
 	log.Info("solo hub running", "admin", adminURL, "data", opts.DataDir, "machine", machineID, "drivers", host.Names())
 	if opts.Ready != nil {
