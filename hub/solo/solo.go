@@ -169,10 +169,20 @@ func Run(ctx context.Context, opts Options) error {
 	return errors.Join(all...)
 }
 
+// leader is the hub as runWhileLeading sees it.
+type leader interface {
+	Leadership() (leading bool, changed <-chan struct{})
+}
+
+// runner is the in-process agent as runWhileLeading sees it.
+type runner interface {
+	Run(ctx context.Context) error
+}
+
 // runWhileLeading runs the in-process agent only while this hub leads its
 // region: a hub that steps down stops its agent, so two hubs on one store
 // never run two agents for one machine.
-func runWhileLeading(ctx context.Context, h *hub.Hub, ag *agent.Agent, log *slog.Logger) error {
+func runWhileLeading(ctx context.Context, h leader, ag runner, log *slog.Logger) error {
 	for {
 		leading, changed := h.Leadership()
 		if !leading {
