@@ -46,6 +46,9 @@ func NewCache(dir string, client *http.Client, log *slog.Logger) (*Cache, error)
 	if client == nil {
 		client = &http.Client{}
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return &Cache{dir: dir, client: client, log: log, locks: map[string]*sync.Mutex{}}, nil
 }
 
