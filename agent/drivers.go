@@ -15,6 +15,7 @@ import (
 	"einsora.dev/edge/drivers/docker"
 	"einsora.dev/edge/drivers/macosnative"
 	"einsora.dev/edge/drivers/sim"
+	"einsora.dev/edge/drivers/vz"
 )
 
 // ErrUnknownDriver is returned for a driver name this build does not have.
@@ -45,6 +46,15 @@ func BuildDrivers(ctx context.Context, list, stateDir, machineID string, clk clo
 			ds = append(ds, d)
 		case macosnative.Name:
 			d, err := macosnative.New(macosnative.Options{Dir: filepath.Join(stateDir, macosnative.Name), Logger: log})
+			if err != nil {
+				return err
+			}
+			ds = append(ds, d)
+		case vz.Name:
+			if !vz.Available {
+				return fmt.Errorf("%w %q: this build has no vz: Virtualization.framework needs a darwin build with cgo", ErrUnknownDriver, name)
+			}
+			d, err := vz.New(vz.Options{Dir: filepath.Join(stateDir, vz.Name), Logger: log, Clock: clk})
 			if err != nil {
 				return err
 			}
@@ -89,6 +99,9 @@ func addAnswering(ctx context.Context, add func(string) error, ds *[]drivers.Dri
 		// Native processes are how a Mac's workloads reach its GPU; the
 		// hub offers them only to the machine owner's own workloads.
 		names = append(names, macosnative.Name)
+		if vz.Available {
+			names = append(names, vz.Name)
+		}
 	}
 	for _, name := range names {
 		if err := add(name); err != nil {

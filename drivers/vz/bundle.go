@@ -3,6 +3,8 @@ package vz
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -56,9 +58,19 @@ func (b Bundle) Data() string       { return filepath.Join(b.Dir, "data") }
 // with its NUL).
 const maxSocketPath = 103
 
-// bundleFor is workload's bundle under the driver's bundles directory.
+// maxBundleName keeps the control socket's path under maxSocketPath below
+// the macOS state directory.
+const maxBundleName = 32
+
+// bundleFor is workload's bundle under the driver's bundles directory. A
+// long name is cut and given a hash of the whole ID, so it stays distinct.
 func bundleFor(dir, workload string) Bundle {
-	return Bundle{Dir: filepath.Join(dir, instancefile.Name(workload))}
+	name := instancefile.Name(workload)
+	if len(name) > maxBundleName {
+		sum := sha256.Sum256([]byte(workload))
+		name = name[:maxBundleName-17] + "-" + hex.EncodeToString(sum[:8])
+	}
+	return Bundle{Dir: filepath.Join(dir, name)}
 }
 
 // Config is bundle.json: what the driver asked of the helper, and what it

@@ -223,3 +223,18 @@ func TestFullDiskWhileMakingTheDisk(t *testing.T) {
 	}
 	waitState(t, d, "w", drivers.StateRunning)
 }
+
+func TestBundleNamesStayShort(t *testing.T) {
+	long := strings.Repeat("w", 80)
+	a, b := bundleFor("/s", long), bundleFor("/s", long+"x")
+	if len(filepath.Base(a.Dir)) > maxBundleName || a == b {
+		t.Fatalf("bundles %q and %q", a.Dir, b.Dir)
+	}
+	mac := "/Library/Application Support/Einsora/agent/vz/bundles"
+	if s := bundleFor(mac, long).Socket(); len(s) > maxSocketPath {
+		t.Fatalf("socket path %q is %d bytes", s, len(s))
+	}
+	if got := bundleFor("/s", "short-1").Dir; got != "/s/short-1" {
+		t.Fatalf("short ID renamed: %q", got)
+	}
+}

@@ -177,4 +177,3 @@ func (m *fakeMachine) RequestStop() error {
 func (m *fakeMachine) ForceStop() error      { m.end(nil); return nil }
 func (m *fakeMachine) Done() <-chan struct{} { return m.done }
 func (m *fakeMachine) Err() error            { return m.err }
-
