@@ -220,7 +220,7 @@ func (h *Hub) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[string]s
 	if !ok {
 		return h.queue(tx, w, "its class "+w.Class+" no longer exists")
 	}
-	pw := placement.Workload{ID: w.ID, Tenant: w.Tenant, Region: w.Region, Kind: w.Kind, Class: w.Class}
+	pw := placement.Workload{ID: w.ID, Tenant: w.Tenant, Region: w.Region, Kind: w.Kind, Class: w.Class, Image: w.Image}
 	if w.Machine != "" {
 		// It has run before and its machine holds its data.
 		pw.HeldMachine, pw.HeldDriver = w.Machine, w.Driver
@@ -295,7 +295,7 @@ func (h *Hub) fleet(tx store.Tx, ms []store.Machine) (*placement.Fleet, map[stri
 	for _, w := range holding {
 		c := classes[w.Class]
 		held[w.Machine] = append(held[w.Machine], placement.Held{
-			Workload: w.ID, Driver: w.Driver, Kind: w.Kind, CPUs: c.CPUs, MemoryMB: c.MemoryMB, Devices: w.Devices,
+			Workload: w.ID, Driver: w.Driver, Kind: w.Kind, Image: w.Image, CPUs: c.CPUs, MemoryMB: c.MemoryMB, Devices: w.Devices,
 		})
 	}
 	pms := make([]placement.Machine, 0, len(ms))

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"einsora.dev/edge/drivers"
+	"einsora.dev/edge/hub/placement"
 	"einsora.dev/edge/protocol"
 )
 
@@ -236,5 +237,22 @@ func TestBundleNamesStayShort(t *testing.T) {
 	}
 	if got := bundleFor("/s", "short-1").Dir; got != "/s/short-1" {
 		t.Fatalf("short ID renamed: %q", got)
+	}
+}
+
+// The hub counts vz's limit by placement.MacOSGuestImage: it must read
+// the guest of an image as ParseImage does.
+func TestHubReadsTheGuestAsTheDriverDoes(t *testing.T) {
+	for _, s := range []string{
+		"/a/deb.raw", "/a/deb.raw.gz", "https://h/Mac.ipsw", "https://h/Mac.IPSW?x=1", "/a/x.ipsw#sha256=" + strings.Repeat("0", 64),
+		"/a/disk.img#guest=macos", "/a/x.ipsw#guest=linux", "/a/disk.img#disk=8G&guest=macos",
+	} {
+		img, err := ParseImage(s)
+		if err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if got := placement.MacOSGuestImage(s); got != (img.Guest == GuestMacOS) {
+			t.Errorf("%q: hub says macOS %v, driver says guest %s", s, got, img.Guest)
+		}
 	}
 }
