@@ -81,4 +81,3 @@ func TestProbeDarwinM5Max(t *testing.T) {
 	inv := p.Probe(context.Background())
 	checkGolden(t, "darwin-m5-max", inv)
 }
-
