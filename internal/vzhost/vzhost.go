@@ -1,4 +1,8 @@
-package main
+// Package vzhost is the hidden "vz-host" command of both binaries: the
+// helper process of one VM of the vz driver. The driver runs its own
+// executable as the helper, so einsora-agent and einsora-hub solo (whose
+// agent runs in process) both need it.
+package vzhost
 
 import (
 	"context"
@@ -12,9 +16,9 @@ import (
 	"einsora.dev/edge/internal/cli"
 )
 
-// vzHostCmd is the helper process of one VM of the vz driver. The driver
-// starts it in a session of its own; it is not for people to run.
-func vzHostCmd() *cobra.Command {
+// Command is "vz-host --bundle DIR". The driver starts it in a session of
+// its own; it is not for people to run.
+func Command() *cobra.Command {
 	var bundle string
 	cmd := &cobra.Command{
 		Use:    "vz-host",
