@@ -109,3 +109,15 @@ func sha256Hex(t *testing.T, path string) string {
 	sum := sha256.Sum256([]byte(read(t, path)))
 	return hex.EncodeToString(sum[:])
 }
+
+// The Mac self-test cannot run here; it must at least parse.
+func TestScriptsParse(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	for _, s := range []string{"../scripts/mac-selftest.sh", "../scripts/render-formula.sh"} {
+		if out, err := exec.Command("bash", "-n", s).CombinedOutput(); err != nil {
+			t.Errorf("%s: %v\n%s", s, err, out)
+		}
+	}
+}
