@@ -71,11 +71,17 @@ func RunHelper(ctx context.Context, dir string, hv Hypervisor, log *slog.Logger)
 	defer signal.Stop(sigs)
 	signal.Ignore(syscall.SIGHUP)
 
+	// A stop before the VM runs cancels the install and skips the boot.
+	pre, cancel := context.WithCancel(ctx)
+	defer cancel()
+	h.mu.Lock()
+	h.cancelPre = cancel
+	h.mu.Unlock()
 	if cfg.Guest == GuestMacOS {
 		if _, err := os.Stat(b.Installed()); err != nil {
 			h.set(HelperInstalling, 0)
 			log.Info("vz-host: installing macOS", "ipsw", cfg.IPSW)
-			err := hv.InstallMacOS(ctx, b, cfg, cfg.IPSW, func(pct int) { h.set(HelperInstalling, pct) })
+			err := hv.InstallMacOS(pre, b, cfg, cfg.IPSW, func(pct int) { h.set(HelperInstalling, pct) })
 			if err != nil {
 				return h.fail(ReasonInstallFailed, err)
 			}
@@ -83,6 +89,10 @@ func RunHelper(ctx context.Context, dir string, hv Hypervisor, log *slog.Logger)
 				return h.fail(ReasonInstallFailed, err)
 			}
 		}
+	}
+	if pre.Err() != nil {
+		log.Info("vz-host: stopped before boot")
+		return h.finish("", "stopped before boot")
 	}
 	h.set(HelperBooting, 0)
 	m, err := hv.Boot(ctx, b, cfg)
@@ -128,6 +138,7 @@ type helper struct {
 	progress  int
 	m         Machine
 	stopAsked bool
+	cancelPre context.CancelFunc
 }
 
 func (h *helper) set(state string, pct int) {
@@ -139,14 +150,19 @@ func (h *helper) set(state string, pct int) {
 // stop asks the guest to stop, or forces it.
 func (h *helper) stop(force bool) {
 	h.mu.Lock()
-	m := h.m
+	m, cancelPre := h.m, h.cancelPre
 	h.stopAsked = true
 	if m != nil && h.state == HelperRunning {
 		h.state = HelperStopping
 	}
 	h.mu.Unlock()
 	if m == nil {
-		return // asked before boot: stopped once it is up
+		// Asked before boot: the install, if any, is cancelled, and the VM
+		// is stopped as soon as it is up.
+		if cancelPre != nil {
+			cancelPre()
+		}
+		return
 	}
 	var err error
 	if force {

@@ -121,3 +121,36 @@ func TestMacOSInstallProgress(t *testing.T) {
 		t.Fatalf("install not recorded: %v", err)
 	}
 }
+
+// Parking a macOS guest while it installs cancels the install and leaves
+// it stopped; the next Start installs again and runs.
+func TestStopDuringInstall(t *testing.T) {
+	dir, imgs := t.TempDir(), t.TempDir()
+	d := newTestDriver(t, Options{Dir: dir})
+	img := ipsw(t, imgs, "slow", "install-step=2s")
+	if err := d.Start(ctxT(t), spec("m", img, 1)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		list, _ := d.List(ctxT(t))
+		if len(list) == 1 && strings.HasPrefix(list[0].Progress, "install") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never installing: %+v", list)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	if err := d.Stop(ctxT(t), "m"); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("stop took %v: the install was not cancelled", el)
+	}
+	waitState(t, d, "m", drivers.StateStopped)
+	if _, err := os.Stat(bundleFor(d.bundles, "m").Installed()); err == nil {
+		t.Fatal("a cancelled install was recorded as done")
+	}
+}

@@ -303,8 +303,13 @@ func (d *Driver) Start(ctx context.Context, spec drivers.Spec) error {
 	}
 	delete(d.corrupt, spec.Workload)
 	cfg.Attempt = spec.Attempt
-	if o := d.ops[spec.Workload]; o != nil || (cfg.Failed == "" && live(b)) {
+	if o := d.ops[spec.Workload]; o != nil || live(b) {
+		// Under way, or a helper holds the bundle (even one whose start was
+		// reported failed: it answered late): only the attempt changes.
 		cfg.StopRequested = false
+		if o == nil {
+			cfg.Failed, cfg.Detail = "", ""
+		}
 		return saveConfig(b, cfg)
 	}
 	if err := ensureIdentity(b); err != nil {
@@ -385,8 +390,10 @@ func (d *Driver) run(ctx context.Context, o *op, b Bundle, img Image) {
 		d.log.Info("vz: started", "workload", cfg.Workload, "attempt", cfg.Attempt, "guest", cfg.Guest)
 		return
 	}
-	if ctx.Err() != nil && cfg.StopRequested {
-		return // stopped while starting: not a failure
+	if ctx.Err() != nil && (cfg.StopRequested || d.ctx.Err() != nil) {
+		// Stopped while starting, or the driver closed (agent restart):
+		// not a failure; a helper already started is adopted next time.
+		return
 	}
 	r := reasonOf(err, ReasonHelperFailed)
 	if r == ReasonVMLimit && cfg.Guest == GuestMacOS {
@@ -516,6 +523,12 @@ func (d *Driver) spawn(ctx context.Context, o *op, b Bundle) error {
 			}
 			return errorf(ReasonHelperFailed, "helper exited before it answered: see %s", b.HelperLog())
 		case <-ctx.Done():
+			if d.ctx.Err() == nil && !live(b) {
+				// Stopped before the helper took its bundle: Stop cannot
+				// see it yet, so it is ended here.
+				_ = cmd.Process.Kill()
+				<-reaped
+			}
 			return ctx.Err()
 		case <-deadline.C():
 			if resp.State == HelperInstalling {
