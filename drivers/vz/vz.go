@@ -684,8 +684,11 @@ func (d *Driver) List(ctx context.Context) ([]drivers.Instance, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var out []drivers.Instance
-	seen := map[string]bool{}
+	type entry struct {
+		b   Bundle
+		cfg *Config
+	}
+	var entries []entry
 	for _, b := range d.scan() {
 		cfg, err := loadConfig(b)
 		if errors.Is(err, os.ErrNotExist) {
@@ -695,9 +698,29 @@ func (d *Driver) List(ctx context.Context) ([]drivers.Instance, error) {
 			d.log.Warn("vz: bundle unreadable, not listed", "bundle", b.Dir, "code", ReasonBundleCorrupt, "err", err)
 			continue
 		}
-		seen[cfg.Workload] = true
-		out = append(out, d.instanceLocked(ctx, b, cfg))
+		entries = append(entries, entry{b, cfg})
 	}
+	// Helpers are asked at once, so a few that hang cost one control
+	// timeout, not one each, while the lock is held.
+	out := make([]drivers.Instance, len(entries))
+	sem := make(chan struct{}, listParallel)
+	var wg sync.WaitGroup
+	seen := map[string]bool{}
+	for i, e := range entries {
+		seen[e.cfg.Workload] = true
+		if o := d.ops[e.cfg.Workload]; o != nil {
+			out[i] = drivers.Instance{Workload: e.cfg.Workload, Attempt: e.cfg.Attempt, State: drivers.StateStarting, Progress: o.progress}
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			out[i] = instance(ctx, e.b, e.cfg)
+			<-sem
+		}()
+	}
+	wg.Wait()
 	for w, err := range d.corrupt {
 		if !seen[w] {
 			out = append(out, drivers.Instance{Workload: w, State: drivers.StateFailed, Code: protocol.CodeFailedStart, Detail: trimDetail(err.Error())})
@@ -707,12 +730,12 @@ func (d *Driver) List(ctx context.Context) ([]drivers.Instance, error) {
 	return out, nil
 }
 
-func (d *Driver) instanceLocked(ctx context.Context, b Bundle, cfg *Config) drivers.Instance {
+// listParallel bounds the helpers List asks at once.
+const listParallel = 16
+
+// instance is what a bundle with no Start under way shows.
+func instance(ctx context.Context, b Bundle, cfg *Config) drivers.Instance {
 	in := drivers.Instance{Workload: cfg.Workload, Attempt: cfg.Attempt}
-	if o := d.ops[cfg.Workload]; o != nil {
-		in.State, in.Progress = drivers.StateStarting, o.progress
-		return in
-	}
 	if cfg.Failed != "" {
 		in.State, in.Code, in.Detail = drivers.StateFailed, cfg.Failed, cfg.Detail
 		return in

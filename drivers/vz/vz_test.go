@@ -311,3 +311,40 @@ func TestCorruptBundleIsKept(t *testing.T) {
 		t.Fatalf("after remove: %+v", list)
 	}
 }
+
+// Helpers that hang cost List one control timeout, not one each.
+func TestListAsksHelpersAtOnce(t *testing.T) {
+	dir, imgs := t.TempDir(), t.TempDir()
+	d := newTestDriver(t, Options{Dir: dir, HelperCommand: helperCommand("hang"), HelperWait: 200 * time.Millisecond,
+		StopGrace: 100 * time.Millisecond, ForceWait: 100 * time.Millisecond})
+	img := image(t, imgs, "run.raw", "run")
+	ws := []string{"h1", "h2", "h3"}
+	for _, w := range ws {
+		if err := d.Start(ctxT(t), spec(w, img, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, w := range ws {
+		waitState(t, d, w, drivers.StateFailed)
+		// A Start on a live helper takes it as running: List asks it.
+		if err := d.Start(ctxT(t), spec(w, img, 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	list, err := d.List(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > controlTimeout+time.Second {
+		t.Fatalf("list took %v for %d hung helpers", el, len(ws))
+	}
+	for _, in := range list {
+		if in.State != drivers.StateRunning || !strings.HasPrefix(in.Detail, string(ReasonHelperUnresponsive)) {
+			t.Errorf("%+v, want running with %s", in, ReasonHelperUnresponsive)
+		}
+	}
+	if len(list) != len(ws) {
+		t.Fatalf("listed %d, want %d", len(list), len(ws))
+	}
+}
