@@ -3,11 +3,14 @@ package vz
 import (
 	"bufio"
 	"context"
+	"errors"
 	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"einsora.dev/edge/drivers"
 )
 
 // serveOnce listens on a socket in a temp dir and gives each connection
@@ -143,4 +146,51 @@ func FuzzReadLine(f *testing.F) {
 			_, _ = DecodeRequest(line)
 		}
 	})
+}
+
+func TestCheckEntitlement(t *testing.T) {
+	signed := "Executable=/opt/homebrew/bin/einsora-agent\n[Dict]\n\t[Key] com.apple.security.virtualization\n\t[Value]\n\t\t[Bool] true\n"
+	tests := []struct {
+		name string
+		out  string
+		err  error
+		ok   bool
+	}{
+		{"signed", signed, nil, true},
+		{"ad_hoc_without_entitlements", "Executable=/x\n", nil, false},
+		{"codesign_fails", "/x: code object is not signed at all\n", errors.New("exit status 1"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var gotArgs []string
+			run := func(_ context.Context, name string, args ...string) ([]byte, error) {
+				gotArgs = append([]string{name}, args...)
+				return []byte(tt.out), tt.err
+			}
+			err := checkEntitlement(context.Background(), "/x", run)
+			if (err == nil) != tt.ok {
+				t.Fatalf("err %v, want ok=%v", err, tt.ok)
+			}
+			if err != nil && !errors.Is(err, drivers.ErrUnavailable) {
+				t.Fatalf("err %v does not wrap ErrUnavailable", err)
+			}
+			if strings.Join(gotArgs, " ") != "/usr/bin/codesign -d --entitlements - /x" {
+				t.Fatalf("ran %q", gotArgs)
+			}
+		})
+	}
+}
+
+func TestProbeWithoutShim(t *testing.T) {
+	if Available {
+		t.Skip("this build has the shim")
+	}
+	d, err := New(Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Probe(context.Background()); !errors.Is(err, drivers.ErrUnavailable) {
+		t.Fatalf("probe: %v, want ErrUnavailable", err)
+	}
 }

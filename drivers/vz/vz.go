@@ -191,10 +191,44 @@ func (d *Driver) Close() error {
 func (d *Driver) Name() string                  { return Name }
 func (d *Driver) Isolation() protocol.Isolation { return protocol.IsolationVM }
 
-// Probe fails when this build cannot run VMs.
-func (d *Driver) Probe(context.Context) error {
-	if !Available && d.opts.HelperCommand == nil {
-		return fmt.Errorf("vz: %w: this build has no Virtualization.framework support (darwin with cgo only)", drivers.ErrUnavailable)
+// Probe fails when this build cannot run VMs: no shim, or (on a Mac) a
+// binary not signed with the virtualization entitlement, with which every
+// VM would fail to start.
+func (d *Driver) Probe(ctx context.Context) error {
+	if d.opts.HelperCommand != nil {
+		return nil
+	}
+	if !Available {
+		return fmt.Errorf("vz: %w: this build has no Virtualization.framework support (darwin/arm64 with cgo only)", drivers.ErrUnavailable)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("vz: %w: %v", drivers.ErrUnavailable, err)
+	}
+	return checkEntitlement(ctx, exe, runCommand)
+}
+
+// entitlement is what Virtualization.framework requires of the process.
+const entitlement = "com.apple.security.virtualization"
+
+// codesignPath is absolute: a launchd daemon's PATH may lack /usr/bin.
+const codesignPath = "/usr/bin/codesign"
+
+func runCommand(ctx context.Context, name string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return exec.CommandContext(ctx, name, args...).CombinedOutput()
+}
+
+// checkEntitlement asks codesign whether exe carries the entitlement.
+func checkEntitlement(ctx context.Context, exe string, run func(context.Context, string, ...string) ([]byte, error)) error {
+	out, err := run(ctx, codesignPath, "-d", "--entitlements", "-", exe)
+	if err != nil {
+		return fmt.Errorf("vz: %w: codesign -d %s: %v: %s", drivers.ErrUnavailable, exe, err, trimDetail(string(out)))
+	}
+	if !strings.Contains(string(out), entitlement) {
+		return fmt.Errorf("vz: %w: %s is not signed with %s: codesign --force --sign - --entitlements packaging/homebrew/einsora-agent.entitlements %s",
+			drivers.ErrUnavailable, exe, entitlement, exe)
 	}
 	return nil
 }
