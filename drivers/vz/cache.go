@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"einsora.dev/edge/internal/atomicfile"
 )
@@ -33,6 +34,8 @@ type Cache struct {
 	dir    string
 	client *http.Client
 	log    *slog.Logger
+	// stall fails a download that brings no byte for this long.
+	stall time.Duration
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex // by source: one fetch at a time per image
@@ -49,8 +52,12 @@ func NewCache(dir string, client *http.Client, log *slog.Logger) (*Cache, error)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Cache{dir: dir, client: client, log: log, locks: map[string]*sync.Mutex{}}, nil
+	return &Cache{dir: dir, client: client, log: log, stall: DefaultFetchStall, locks: map[string]*sync.Mutex{}}, nil
 }
+
+// DefaultFetchStall is how long a download may bring nothing before it
+// fails: a server that stops sending must not hold a Start forever.
+const DefaultFetchStall = 2 * time.Minute
 
 // Progress receives what a long step has done, in percent (-1: unknown).
 type Progress func(step string, pct int)
@@ -121,6 +128,8 @@ func (c *Cache) have(digest string, gz bool) (string, bool) {
 func (c *Cache) fetch(ctx context.Context, img Image, progress Progress) (string, error) {
 	var src io.ReadCloser
 	var size int64 = -1
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	if img.URL {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, img.Source, nil)
 		if err != nil {
@@ -134,7 +143,9 @@ func (c *Cache) fetch(ctx context.Context, img Image, progress Progress) (string
 			resp.Body.Close()
 			return "", errorf(ReasonImageFetch, "image %s: HTTP %s", img.Source, resp.Status)
 		}
-		src, size = resp.Body, resp.ContentLength
+		src, size = &stallReader{r: resp.Body, t: time.AfterFunc(c.stall, func() {
+			cancel(fmt.Errorf("no data for %v", c.stall))
+		}), d: c.stall}, resp.ContentLength
 	} else {
 		f, err := os.Open(img.Source)
 		if err != nil {
@@ -165,6 +176,9 @@ func (c *Cache) fetch(ctx context.Context, img Image, progress Progress) (string
 	if _, err := copyCtx(ctx, w, src); err != nil {
 		if w.writeErr != nil {
 			return "", diskErr(w.writeErr, "image cache")
+		}
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			err = cause
 		}
 		return "", errorf(ReasonImageFetch, "image %s: %w", img.Source, err)
 	}
@@ -263,6 +277,24 @@ func copyCtx(ctx context.Context, w io.Writer, r io.Reader) (int64, error) {
 		}
 	}
 }
+
+// stallReader restarts its timer on every read that brings data; when the
+// timer fires the request's context is cancelled.
+type stallReader struct {
+	r io.ReadCloser
+	t *time.Timer
+	d time.Duration
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if n > 0 {
+		s.t.Reset(s.d)
+	}
+	return n, err
+}
+
+func (s *stallReader) Close() error { s.t.Stop(); return s.r.Close() }
 
 type countingReader struct {
 	r io.Reader

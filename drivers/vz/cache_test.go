@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"einsora.dev/edge/drivers"
 	"einsora.dev/edge/hub/placement"
@@ -254,5 +255,35 @@ func TestHubReadsTheGuestAsTheDriverDoes(t *testing.T) {
 		if got := placement.MacOSGuestImage(s); got != (img.Guest == GuestMacOS) {
 			t.Errorf("%q: hub says macOS %v, driver says guest %s", s, got, img.Guest)
 		}
+	}
+}
+
+// A server that stops sending fails the fetch after the stall time, with
+// the fetch reason, and leaves nothing in the cache.
+func TestStalledDownloadFails(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1000")
+		w.Write([]byte("fake: run\n"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	c, err := NewCache(dir, srv.Client(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.stall = 200 * time.Millisecond
+	img, _ := ParseImage(srv.URL + "/slow.raw")
+	start := time.Now()
+	_, _, err = c.Get(ctxT(t), img, nil)
+	if reasonOf(err, "") != ReasonImageFetch || !strings.Contains(err.Error(), "no data for") {
+		t.Fatalf("got %v, want %s saying no data", err, ReasonImageFetch)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("took %v", el)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) != 0 {
+		t.Fatalf("cache holds %q", left)
 	}
 }
