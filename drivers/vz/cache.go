@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,9 @@ import (
 //	sha256-HEX.raw   for a gzip image, the raw image inside it
 //	url-HEX          for an unpinned URL (HEX: sha256 of the URL), the
 //	                 digest its bytes had, so it is not fetched again
+//	path-HEX         for an unpinned local path, its size, modification
+//	                 time and digest: the file is copied again only when
+//	                 it changed
 //
 // Nothing in it is deleted by the driver: a failed fetch leaves only its
 // temporary file, which is removed.
@@ -82,6 +86,9 @@ func (c *Cache) Get(ctx context.Context, img Image, progress Progress) (path, di
 			digest = string(b)
 		}
 	}
+	if digest == "" && !img.URL {
+		digest = c.pathDigest(img.Source)
+	}
 	if digest != "" {
 		if p, ok := c.have(digest, img.Gzip); ok {
 			c.log.Debug("vz: image cached", "image", img.Source, "digest", digest)
@@ -111,6 +118,34 @@ func (c *Cache) urlIndex(u string) string {
 	return filepath.Join(c.dir, "url-"+hex.EncodeToString(sum[:]))
 }
 
+func (c *Cache) pathIndex(p string) string {
+	sum := sha256.Sum256([]byte(p))
+	return filepath.Join(c.dir, "path-"+hex.EncodeToString(sum[:]))
+}
+
+// pathEntry is a path-HEX index file.
+type pathEntry struct {
+	Size    int64  `json:"size"`
+	ModNano int64  `json:"mod_nano"`
+	Digest  string `json:"digest"`
+}
+
+// pathDigest is the digest a local file had when last copied, "" when it
+// has changed since or was never copied.
+func (c *Cache) pathDigest(p string) string {
+	b, err := os.ReadFile(c.pathIndex(p))
+	if err != nil || len(b) > maxLine {
+		return ""
+	}
+	var e pathEntry
+	st, serr := os.Stat(p)
+	if json.Unmarshal(b, &e) != nil || serr != nil || !hexDigest.MatchString(e.Digest) ||
+		st.Size() != e.Size || st.ModTime().UnixNano() != e.ModNano {
+		return ""
+	}
+	return e.Digest
+}
+
 // have reports the usable file for digest, if cached.
 func (c *Cache) have(digest string, gz bool) (string, bool) {
 	p := c.blob(digest)
@@ -128,6 +163,7 @@ func (c *Cache) have(digest string, gz bool) (string, bool) {
 func (c *Cache) fetch(ctx context.Context, img Image, progress Progress) (string, error) {
 	var src io.ReadCloser
 	var size int64 = -1
+	var srcStat os.FileInfo
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if img.URL {
@@ -156,7 +192,7 @@ func (c *Cache) fetch(ctx context.Context, img Image, progress Progress) (string
 				f.Close()
 				return "", errorf(ReasonImageFetch, "image %s: not a regular file", img.Source)
 			}
-			size = st.Size()
+			size, srcStat = st.Size(), st
 		}
 		src = f
 	}
@@ -197,6 +233,12 @@ func (c *Cache) fetch(ctx context.Context, img Image, progress Progress) (string
 	}
 	if img.URL && img.Digest == "" {
 		if err := atomicfile.Write(c.urlIndex(img.Source), []byte(digest), 0o600); err != nil {
+			return "", diskErr(err, "image cache")
+		}
+	}
+	if !img.URL && img.Digest == "" && srcStat != nil {
+		b, _ := json.Marshal(pathEntry{Size: srcStat.Size(), ModNano: srcStat.ModTime().UnixNano(), Digest: digest})
+		if err := atomicfile.Write(c.pathIndex(img.Source), b, 0o600); err != nil {
 			return "", diskErr(err, "image cache")
 		}
 	}

@@ -287,3 +287,39 @@ func TestStalledDownloadFails(t *testing.T) {
 		t.Fatalf("cache holds %q", left)
 	}
 }
+
+// A local image is copied into the cache once, and again only when the
+// file changes.
+func TestLocalImageCopiedOnceUntilItChanges(t *testing.T) {
+	c, err := NewCache(t.TempDir(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "a.raw")
+	os.WriteFile(src, []byte("fake: run\none"), 0o600)
+	img, _ := ParseImage(src)
+	copies := 0
+	progress := func(step string, pct int) {
+		if step == "copy" && pct == 100 {
+			copies++
+		}
+	}
+	d1, d2 := "", ""
+	for range 2 {
+		_, d1, err = c.Get(ctxT(t), img, progress)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if copies != 1 {
+		t.Fatalf("copied %d times, want 1", copies)
+	}
+	os.WriteFile(src, []byte("fake: run\ntwo, longer"), 0o600)
+	_, d2, err = c.Get(ctxT(t), img, progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if copies != 2 || d1 == d2 {
+		t.Fatalf("after a change: %d copies, digests %s %s", copies, d1, d2)
+	}
+}
