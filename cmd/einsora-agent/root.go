@@ -18,6 +18,7 @@ import (
 	"einsora.dev/edge/agent"
 	"einsora.dev/edge/internal/cli"
 	"einsora.dev/edge/internal/dockerhost"
+	"einsora.dev/edge/internal/vzhost"
 	"einsora.dev/edge/inventory"
 	"einsora.dev/edge/protocol"
 )
@@ -28,6 +29,7 @@ func newRoot() *cobra.Command {
 		Short: "The Einsora node agent: runs the workloads a hub places on this machine",
 	}
 	root.AddCommand(runCmd(), enrollCmd(), statusCmd(), inventoryCmd(), versionCmd(), doctorCmd())
+	root.AddCommand(vzhost.Command())
 	return root
 }
 

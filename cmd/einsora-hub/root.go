@@ -18,6 +18,7 @@ import (
 	"einsora.dev/edge/hub/adminapi"
 	"einsora.dev/edge/hub/solo"
 	"einsora.dev/edge/internal/cli"
+	"einsora.dev/edge/internal/vzhost"
 	"einsora.dev/edge/protocol"
 )
 
@@ -27,6 +28,7 @@ func newRoot() *cobra.Command {
 		Short: "The Einsora hub: stores intent, places workloads, answers agents",
 	}
 	root.AddCommand(soloCmd(), serveCmd(), versionCmd())
+	root.AddCommand(vzhost.Command())
 	g := &globals{}
 	for _, c := range []*cobra.Command{tenantCmd(g), tokenCmd(g), classCmd(g), machineCmd(g), workloadCmd(g)} {
 		c.PersistentFlags().StringVar(&g.hub, "hub", envOr("EINSORA_HUB", "http://127.0.0.1:7480"), "admin API of the hub (env EINSORA_HUB)")
