@@ -254,7 +254,7 @@ func (a *Agent) applyOne(ctx context.Context, dw protocol.DesiredWorkload, gen i
 			s.Code, s.Detail = protocol.CodeStarting, "agent cannot write its state: "+err.Error()
 			return s, false, true
 		}
-		spec := drivers.Spec{Workload: dw.ID, Attempt: dw.Attempt, Kind: dw.Kind, Image: dw.Image, Resources: dw.Resources}
+		spec := drivers.Spec{Workload: dw.ID, Attempt: dw.Attempt, Kind: dw.Kind, Image: dw.Image, Resources: dw.Resources, WorkloadSpec: dw.WorkloadSpec}
 		err := a.calls.do(ctx, dw.ID, a.cfg.DriverTimeout, func(ctx context.Context) error { return d.Start(ctx, spec) })
 		s.Code = protocol.CodeStarting
 		if err != nil {

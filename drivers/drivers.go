@@ -7,6 +7,7 @@ package drivers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 
 	"einsora.dev/edge/protocol"
@@ -36,6 +37,25 @@ type Spec struct {
 	Kind      protocol.Kind
 	Image     string
 	Resources protocol.Resources
+	// WorkloadSpec is the command, environment, ports, working directory,
+	// volumes and restart policy from desired state. Its SecretEnv must
+	// never reach a log, a label or an Instance's Detail. Drivers apply it
+	// when they create an instance; docs/drivers.md says what each does
+	// with each field. The restart policy is the agent's business, not the
+	// driver's.
+	protocol.WorkloadSpec
+}
+
+// Check refuses a spec a driver must not run: one without a workload ID or
+// whose WorkloadSpec fails Validate. Every driver's Start calls it first.
+func (s Spec) Check() error {
+	if s.Workload == "" {
+		return errors.New("empty workload id")
+	}
+	if err := s.WorkloadSpec.Validate(); err != nil {
+		return fmt.Errorf("spec: %w", err)
+	}
+	return nil
 }
 
 // Instance is a driver's view of one workload it holds.
