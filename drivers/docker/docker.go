@@ -29,6 +29,7 @@ import (
 	"github.com/distribution/reference"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 
 	"einsora.dev/edge/drivers"
@@ -46,6 +47,9 @@ const (
 	// two agents on one engine (a fleet on one box, a test beside a
 	// running agent) each see only their own.
 	LabelMachine = "dev.einsora.machine"
+	// LabelVolume is the spec's name of a named volume; the data volume
+	// has none.
+	LabelVolume = "dev.einsora.volume"
 )
 
 // Driver names: the plain variant and the gVisor one.
@@ -63,6 +67,10 @@ const (
 	DataPath = "/data"
 	// NamePrefix begins the name of every container and volume made.
 	NamePrefix = "einsora-"
+	// PidsLimit bounds the processes of one container, whatever its
+	// class: enough for any service, few enough that a fork bomb cannot
+	// starve the machine.
+	PidsLimit = 4096
 )
 
 // Defaults for Options' time limits.
@@ -261,8 +269,8 @@ func (d *Driver) runtimes(ctx context.Context) ([]string, error) {
 // Start implements drivers.Driver.
 func (d *Driver) Start(ctx context.Context, spec drivers.Spec) error {
 	w := spec.Workload
-	if w == "" {
-		return errors.New("docker: start: empty workload id")
+	if err := spec.Check(); err != nil {
+		return fmt.Errorf("docker: start %s: %w", w, err)
 	}
 	if spec.Kind == protocol.KindVM {
 		return fmt.Errorf("docker: start %s: kind %s is not a container", w, spec.Kind)
@@ -343,16 +351,32 @@ var errNoImage = errors.New("image not present")
 // returns errNoImage when the engine lacks the image.
 func (d *Driver) createAndStart(ctx context.Context, spec drivers.Spec, hc *container.HostConfig) error {
 	w := spec.Workload
-	if err := d.ensureVolume(ctx, w); err != nil {
+	if err := d.ensureVolume(ctx, w, VolumeName(w), ""); err != nil {
 		return err
 	}
+	for _, v := range spec.Volumes {
+		if err := d.ensureVolume(ctx, w, d.NamedVolume(w, v.Name), v.Name); err != nil {
+			return err
+		}
+	}
+	// The environment, secrets included, goes only into the container's
+	// config: never into labels, and never logged.
 	cfg := &container.Config{
-		Image: spec.Image,
+		Image:      spec.Image,
+		Cmd:        spec.Command,
+		Env:        spec.EnvList(),
+		WorkingDir: spec.Workdir,
 		Labels: d.labels(map[string]string{
 			LabelWorkload: w,
 			LabelAttempt:  strconv.FormatInt(spec.Attempt, 10),
 			LabelDriver:   d.name,
 		}),
+	}
+	if len(spec.Ports) > 0 {
+		cfg.ExposedPorts = network.PortSet{}
+		for p := range hc.PortBindings {
+			cfg.ExposedPorts[p] = struct{}{}
+		}
 	}
 	cctx, cancel := d.call(ctx)
 	res, err := d.cli.ContainerCreate(cctx, client.ContainerCreateOptions{
@@ -390,6 +414,24 @@ func (d *Driver) hostConfig(ctx context.Context, spec drivers.Spec) (*container.
 			Source: VolumeName(spec.Workload),
 			Target: DataPath,
 		}},
+	}
+	pids := int64(PidsLimit)
+	hc.PidsLimit = &pids
+	for _, v := range spec.Volumes {
+		if v.Path == DataPath {
+			return nil, fmt.Errorf("volume %s: %s is the workload's data volume", v.Name, DataPath)
+		}
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: d.NamedVolume(spec.Workload, v.Name), Target: v.Path})
+	}
+	for _, p := range spec.Ports {
+		cp, ok := network.PortFrom(uint16(p.Container), network.IPProtocol(p.Protocol()))
+		if !ok {
+			return nil, fmt.Errorf("port %s: not a port", p)
+		}
+		if hc.PortBindings == nil {
+			hc.PortBindings = network.PortMap{}
+		}
+		hc.PortBindings[cp] = append(hc.PortBindings[cp], network.PortBinding{HostPort: strconv.Itoa(p.Host)})
 	}
 	r := spec.Resources
 	if r.CPUs > 0 {
@@ -441,21 +483,23 @@ func deviceRequests(devices []string) ([]container.DeviceRequest, error) {
 	}}, nil
 }
 
-// ensureVolume creates the workload's volume, refusing one of that name
-// that Einsora did not make: its data is not ours to mount.
-func (d *Driver) ensureVolume(ctx context.Context, w string) error {
+// ensureVolume creates one of the workload's volumes (its data volume when
+// named is "", else the spec's volume of that name), refusing one of that
+// name that Einsora did not make: its data is not ours to mount.
+func (d *Driver) ensureVolume(ctx context.Context, w, name, named string) error {
 	cctx, cancel := d.call(ctx)
 	defer cancel()
-	res, err := d.cli.VolumeCreate(cctx, client.VolumeCreateOptions{
-		Name:   VolumeName(w),
-		Labels: d.labels(map[string]string{LabelWorkload: w, LabelDriver: d.name}),
-	})
+	labels := d.labels(map[string]string{LabelWorkload: w, LabelDriver: d.name})
+	if named != "" {
+		labels[LabelVolume] = named
+	}
+	res, err := d.cli.VolumeCreate(cctx, client.VolumeCreateOptions{Name: name, Labels: labels})
 	if err != nil {
 		return d.wrap(ctx, "create volume", err)
 	}
 	// Creating an existing volume returns it unchanged.
-	if !d.owns(res.Volume.Labels, w) {
-		return fmt.Errorf("create volume %s: %w", VolumeName(w), errForeign)
+	if !d.owns(res.Volume.Labels, w) || res.Volume.Labels[LabelVolume] != named {
+		return fmt.Errorf("create volume %s: %w", name, errForeign)
 	}
 	return nil
 }
@@ -529,6 +573,9 @@ func (d *Driver) Remove(ctx context.Context, w string) error {
 	if err := d.removeVolume(ctx, w); err != nil {
 		return fmt.Errorf("docker: remove %s: %w", w, err)
 	}
+	if err := d.removeNamedVolumes(ctx, w); err != nil {
+		return fmt.Errorf("docker: remove %s: %w", w, err)
+	}
 	d.rec.remove(w)
 	return nil
 }
@@ -550,6 +597,30 @@ func (d *Driver) removeVolume(ctx context.Context, w string) error {
 	}
 	if _, err := d.cli.VolumeRemove(cctx, name, client.VolumeRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
 		return d.wrap(ctx, "remove volume", err)
+	}
+	return nil
+}
+
+// removeNamedVolumes removes the spec's volumes of w: every volume that
+// carries w's labels and a volume name, whatever spec made it.
+func (d *Driver) removeNamedVolumes(ctx context.Context, w string) error {
+	cctx, cancel := d.call(ctx)
+	defer cancel()
+	f := client.Filters{}.Add("label", LabelWorkload+"="+w, LabelDriver+"="+d.name, LabelVolume)
+	if d.machine != "" {
+		f = f.Add("label", LabelMachine+"="+d.machine)
+	}
+	res, err := d.cli.VolumeList(cctx, client.VolumeListOptions{Filters: f})
+	if err != nil {
+		return d.wrap(ctx, "list volumes", err)
+	}
+	for _, v := range res.Items {
+		if !d.owns(v.Labels, w) || v.Name != d.NamedVolume(w, v.Labels[LabelVolume]) {
+			continue
+		}
+		if _, err := d.cli.VolumeRemove(cctx, v.Name, client.VolumeRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+			return d.wrap(ctx, "remove volume "+v.Name, err)
+		}
 	}
 	return nil
 }
@@ -762,6 +833,18 @@ func ContainerName(w string) string {
 
 // VolumeName is the name of workload w's data volume.
 func VolumeName(w string) string { return ContainerName(w) }
+
+// NamedVolume is the engine's name for the spec's volume called name of
+// workload w: the container's name, the volume's, and a short hash of the
+// machine ID when there is one, so agents sharing an engine keep apart.
+func (d *Driver) NamedVolume(w, name string) string {
+	n := ContainerName(w) + ".v." + name
+	if d.machine != "" {
+		sum := sha256.Sum256([]byte(d.machine))
+		n += ".m" + hex.EncodeToString(sum[:4])
+	}
+	return n
+}
 
 func shortID(id string) string {
 	if len(id) > 12 {
