@@ -48,6 +48,11 @@ type Config struct {
 	InventoryInterval time.Duration
 	// Backoff paces reconnects after failed syncs.
 	Backoff hubclient.Backoff
+	// RestartBackoff is the wait before a workload's first local restart
+	// under its restart policy, doubled for each next one up to
+	// RestartBackoffMax (defaults in restart.go).
+	RestartBackoff    time.Duration
+	RestartBackoffMax time.Duration
 }
 
 // Defaults.
@@ -69,6 +74,7 @@ type Agent struct {
 	wakeApply chan struct{}
 	reprobe   chan struct{}
 	calls     calls
+	restarts  restartBook
 	// lastPass is when the apply loop last finished a pass (Unix
 	// nanoseconds, wall clock): the watchdog's sign of life.
 	lastPass atomic.Int64

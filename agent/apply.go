@@ -180,7 +180,7 @@ func (a *Agent) applyPass(ctx context.Context) (acted bool) {
 
 func sameStatus(x, y protocol.Status) bool {
 	return x.Workload == y.Workload && x.Attempt == y.Attempt && x.Mode == y.Mode && x.Generation == y.Generation &&
-		x.Code == y.Code && x.Detail == y.Detail && (x.ExitCode == nil) == (y.ExitCode == nil) &&
+		x.Code == y.Code && x.Detail == y.Detail && x.Restarts == y.Restarts && (x.ExitCode == nil) == (y.ExitCode == nil) &&
 		(x.ExitCode == nil || *x.ExitCode == *y.ExitCode)
 }
 
@@ -286,6 +286,9 @@ func (a *Agent) applyOne(ctx context.Context, dw protocol.DesiredWorkload, gen i
 		observeRun(&s, in, has)
 		if s.Code == protocol.CodeLost && h.StartFailure != "" {
 			s.Code, s.Detail = protocol.CodeFailedStart, h.StartFailure
+		}
+		if a.restartLocal(ctx, dw, d, in, has, &s) {
+			return s, true, true
 		}
 	case wantPark:
 		s.Code = protocol.CodeStopped
