@@ -5,10 +5,12 @@
 package drivers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"einsora.dev/edge/protocol"
 )
@@ -112,6 +114,70 @@ type Driver interface {
 	// List returns every instance the driver owns on this machine, and
 	// only those: what the driver did not make is never listed or touched.
 	List(ctx context.Context) ([]Instance, error)
+}
+
+// LogLine is one line of a workload's output.
+type LogLine struct {
+	Time time.Time
+	// Stream is "stdout", "stderr", or "system" for the driver's own word.
+	Stream string
+	Line   string
+}
+
+// Log streams.
+const (
+	LogStdout = "stdout"
+	LogStderr = "stderr"
+	LogSystem = "system"
+)
+
+// MaxLogLine bounds a line a driver emits; longer output is cut into
+// lines of this length.
+const MaxLogLine = 16 << 10
+
+// LineSplitter turns a byte stream into LogLines of one stream: each line
+// stamped by now() as it arrives, cut at MaxLogLine. Close emits a last
+// line without a newline.
+type LineSplitter struct {
+	Stream string
+	Now    func() time.Time
+	Emit   func(LogLine)
+	buf    []byte
+}
+
+func (l *LineSplitter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		room := MaxLogLine - len(l.buf)
+		i := bytes.IndexByte(p, '\n')
+		switch {
+		case i >= 0 && i <= room:
+			l.buf = append(l.buf, p[:i]...)
+			p = p[i+1:]
+		case len(p) < room:
+			l.buf = append(l.buf, p...)
+			return n, nil
+		default:
+			l.buf = append(l.buf, p[:room]...)
+			p = p[room:]
+		}
+		l.flush()
+	}
+	return n, nil
+}
+
+func (l *LineSplitter) flush() {
+	line := string(l.buf)
+	l.buf = l.buf[:0]
+	l.Emit(LogLine{Time: l.Now(), Stream: l.Stream, Line: line})
+}
+
+// Close emits what is left of a line.
+func (l *LineSplitter) Close() error {
+	if len(l.buf) > 0 {
+		l.flush()
+	}
+	return nil
 }
 
 // Prober is implemented by drivers that can be unavailable (an engine that
