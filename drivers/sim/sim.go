@@ -391,6 +391,57 @@ func listenUDP(addr string, line []byte) (io.Closer, error) {
 	return pc, nil
 }
 
+// FollowLogs emits a synthetic System line for each state the workload's
+// instance passes through after since, read every LogPoll on the driver's
+// clock, and returns once it is no longer starting or running (after its
+// last line), when it is missing, or when ctx ends. The sim runs nothing,
+// so this is all the output it has.
+func (d *Driver) FollowLogs(ctx context.Context, workload string, since time.Time, emit func(drivers.LogLine)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-d.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	last := ""
+	for {
+		d.mu.Lock()
+		r, err := d.loadLocked(workload)
+		d.mu.Unlock()
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("sim: logs %s: %w", workload, err)
+		}
+		now := d.clk.Now()
+		in := r.instance(now)
+		line := fmt.Sprintf("sim: %s attempt %d is %s", workload, in.Attempt, in.State)
+		switch {
+		case in.State == drivers.StateExited:
+			line += fmt.Sprintf(" with code %d", in.ExitCode)
+		case in.Progress != "":
+			line += " (" + in.Progress + ")"
+		}
+		if line != last && now.After(since) {
+			emit(drivers.LogLine{Time: now, Stream: drivers.LogSystem, Line: line})
+		}
+		last = line
+		if in.State != drivers.StateStarting && in.State != drivers.StateRunning {
+			return nil
+		}
+		if !clock.Sleep(d.clk, LogPoll, ctx.Done()) {
+			return nil
+		}
+	}
+}
+
+// LogPoll is how often FollowLogs looks at an instance's state.
+const LogPoll = 50 * time.Millisecond
+
 // Starts reports how many times the workload's instance was actually
 // started, so tests can check that an attempt started at most once.
 func (d *Driver) Starts(workload string) (int, error) {

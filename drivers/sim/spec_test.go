@@ -155,3 +155,51 @@ func TestListenPortTaken(t *testing.T) {
 		t.Errorf("List: got %+v, %v; want w failed_start", list, err)
 	}
 }
+
+// TestFollowLogs: one system line per state, on the driver's clock, and
+// the follow ends with the instance.
+func TestFollowLogs(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	d, err := New(t.TempDir(), clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Start(context.Background(), drivers.Spec{Workload: "w", Attempt: 1, Image: "sim:start-delay=1s,exit-after=2s,exit-code=4"}); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan drivers.LogLine, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- d.FollowLogs(context.Background(), "w", time.Time{}, func(l drivers.LogLine) { lines <- l })
+	}()
+	var got []string
+	deadline := time.After(10 * time.Second)
+	for len(got) < 3 {
+		select {
+		case l := <-lines:
+			if l.Stream != drivers.LogSystem || !l.Time.Equal(clk.Now()) {
+				t.Errorf("line %+v at %s", l, clk.Now())
+			}
+			got = append(got, l.Line)
+		case <-time.After(5 * time.Millisecond):
+			if clk.Timers() > 0 {
+				clk.Advance(LogPoll)
+			}
+		case <-deadline:
+			t.Fatalf("lines so far: %q", got)
+		}
+	}
+	want := []string{"sim: w attempt 1 is starting", "sim: w attempt 1 is running", "sim: w attempt 1 is exited with code 4"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("FollowLogs did not end with the instance")
+	}
+}
