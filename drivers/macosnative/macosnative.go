@@ -9,8 +9,8 @@
 //
 // Each workload W has, under the driver's directory, a record W.json
 // (written atomically) and a directory W/ holding W/data/ (the workload's
-// data, its working directory and $EINSORA_DATA) and W/log (stdout and
-// stderr, appended). The process runs in its own session, so it outlives an
+// data, its working directory and $EINSORA_DATA), W/log (stdout, appended)
+// and W/log.stderr (stderr, appended); FollowLogs tails both. The process runs in its own session, so it outlives an
 // agent restart; the record's pid and process start time let a new agent
 // find it again without mistaking a reused pid for it.
 //
@@ -207,9 +207,14 @@ func (d *Driver) DataDir(workload string) string {
 	return filepath.Join(d.dir, instancefile.Name(workload), "data")
 }
 
-// LogPath is the file the workload's stdout and stderr are appended to.
+// LogPath is the file the workload's stdout is appended to.
 func (d *Driver) LogPath(workload string) string {
 	return filepath.Join(d.dir, instancefile.Name(workload), "log")
+}
+
+// StderrPath is the file the workload's stderr is appended to.
+func (d *Driver) StderrPath(workload string) string {
+	return filepath.Join(d.dir, instancefile.Name(workload), "log.stderr")
 }
 
 func (d *Driver) Start(ctx context.Context, spec drivers.Spec) error {
@@ -297,12 +302,17 @@ func (d *Driver) spawn(spec drivers.Spec, path string, args []string) (*exec.Cmd
 		return nil, 0, err
 	}
 	defer logf.Close()
+	errf, err := os.OpenFile(d.StderrPath(workload), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer errf.Close()
 	c := exec.Command(path, args...)
 	c.Dir = dir
 	// Later entries win, so the driver's own variable cannot be
 	// overridden (Validate refuses it anyway).
 	c.Env = append(append(baseEnv(), spec.EnvList()...), "EINSORA_DATA="+data)
-	c.Stdout, c.Stderr = logf, logf
+	c.Stdout, c.Stderr = logf, errf
 	if err := startDetached(c); err != nil {
 		return nil, 0, err
 	}

@@ -5,11 +5,14 @@
 //	prog exit N       exit with code N
 //	prog report ...   write its arguments, $GREETING, $TOKEN and working
 //	                  directory to $EINSORA_DATA/report.json, then exit 0
+//	prog spew N       write N lines of about 1 KB to stdout, wait 300ms,
+//	                  write "done" and exit 0
 //	prog alloc N      after 300ms (time for the driver to set its limits)
 //	                  touch N MiB, then exit 0
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -63,6 +66,15 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+	case "spew":
+		n, _ := strconv.Atoi(os.Args[2])
+		w := bufio.NewWriter(os.Stdout)
+		for i := range n {
+			fmt.Fprintf(w, "%05d %01000d\n", i, 0)
+		}
+		w.Flush()
+		time.Sleep(300 * time.Millisecond)
+		fmt.Println("done")
 	case "alloc":
 		time.Sleep(300 * time.Millisecond)
 		n, _ := strconv.Atoi(os.Args[2])
