@@ -130,6 +130,7 @@ func (a *Agent) applyPass(ctx context.Context) (acted bool) {
 		}
 	}
 
+	a.followLogs(ctx, have)
 	statuses := map[string]protocol.Status{}
 	var gen int64
 	var ws []protocol.DesiredWorkload
@@ -409,4 +410,5 @@ func (a *Agent) forget(id string) {
 	if err := saveState(a.cfg.StateDir, a.state); err != nil {
 		a.log.Warn("cannot save agent state", "err", err)
 	}
+	a.dropLogs(id)
 }

@@ -15,14 +15,12 @@ package logs
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -370,56 +368,4 @@ func (s *Store) Remove(workload string) error {
 		return fmt.Errorf("logs: remove %s: %w", workload, err)
 	}
 	return nil
-}
-
-// Writer returns a writer that appends each line written to it as one
-// entry of stream, stamped when it arrives: for sources that give a byte
-// stream (a process's stdout). A line longer than MaxLine is cut into
-// entries. Close flushes a last line without its newline.
-func (s *Store) Writer(workload string, stream Stream) io.WriteCloser {
-	return &lineWriter{s: s, w: workload, stream: stream}
-}
-
-type lineWriter struct {
-	s      *Store
-	w      string
-	stream Stream
-	buf    []byte
-}
-
-func (lw *lineWriter) Write(p []byte) (int, error) {
-	n := len(p)
-	for len(p) > 0 {
-		room := MaxLine - len(lw.buf)
-		i := bytes.IndexByte(p, '\n')
-		switch {
-		case i >= 0 && i <= room:
-			lw.buf = append(lw.buf, p[:i]...)
-			p = p[i+1:]
-		case len(p) < room:
-			lw.buf = append(lw.buf, p...)
-			return n, nil
-		default:
-			// A line at MaxLine is cut here; the rest is the next entry.
-			lw.buf = append(lw.buf, p[:room]...)
-			p = p[room:]
-		}
-		if err := lw.flush(); err != nil {
-			return n - len(p), err
-		}
-	}
-	return n, nil
-}
-
-func (lw *lineWriter) flush() error {
-	line := string(lw.buf)
-	lw.buf = lw.buf[:0]
-	return lw.s.Append(lw.w, Entry{Stream: lw.stream, Line: line})
-}
-
-func (lw *lineWriter) Close() error {
-	if len(lw.buf) == 0 {
-		return nil
-	}
-	return lw.flush()
 }

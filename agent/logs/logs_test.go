@@ -143,27 +143,6 @@ func TestUntrustedLines(t *testing.T) {
 	}
 }
 
-func TestWriterSplitsLines(t *testing.T) {
-	s, _, _ := newStore(t, 0)
-	w := s.Writer("w", Stderr)
-	fmt.Fprint(w, "one\ntw")
-	fmt.Fprint(w, "o\nthree")
-	w.Write([]byte(strings.Repeat("y", MaxLine+5) + "\n"))
-	w.Close()
-	es, _ := s.Read("w", 0, time.Time{})
-	var lines []string
-	for _, e := range es {
-		if e.Stream != Stderr {
-			t.Errorf("stream %s", e.Stream)
-		}
-		lines = append(lines, fmt.Sprintf("%.8s/%d", e.Line, len(e.Line)))
-	}
-	want := []string{"one/3", "two/3", "threeyyy/" + fmt.Sprint(MaxLine), "yyyyyyyy/10"}
-	if fmt.Sprint(lines) != fmt.Sprint(want) {
-		t.Errorf("got %v, want %v", lines, want)
-	}
-}
-
 func TestFollow(t *testing.T) {
 	s, _, _ := newStore(t, 0)
 	s.Append("w", Entry{Stream: Stdout, Line: "before"})
