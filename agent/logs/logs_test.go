@@ -230,3 +230,20 @@ func TestReopenKeepsRing(t *testing.T) {
 		t.Error("Open accepted a bound under MinMaxBytes")
 	}
 }
+
+// BenchmarkAppend: the rate at which one workload's lines of 100 bytes go
+// into its ring, rotation included.
+func BenchmarkAppend(b *testing.B) {
+	s, err := Open(b.TempDir(), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	line := strings.Repeat("x", 100)
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		if err := s.Append("w", Entry{Stream: Stdout, Line: line}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
