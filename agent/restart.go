@@ -140,7 +140,7 @@ func (a *Agent) restartLocal(ctx context.Context, dw protocol.DesiredWorkload, d
 	a.log.Info("restarting workload under its restart policy", "workload", dw.ID, "attempt", dw.Attempt,
 		"restart", count+1, "policy", dw.Restart.String(), "exit_code", in.ExitCode, "oom_killed", in.OOMKilled)
 	spec := drivers.Spec{Workload: dw.ID, Attempt: dw.Attempt, Kind: dw.Kind, Image: dw.Image, Resources: dw.Resources, WorkloadSpec: dw.WorkloadSpec}
-	err := a.calls.do(ctx, dw.ID, a.cfg.DriverTimeout, func(ctx context.Context) error { return d.Start(ctx, spec) })
+	err := a.drive(ctx, "restart", d, dw.ID, func(ctx context.Context) error { return d.Start(ctx, spec) })
 	s.Code, s.ExitCode, s.Restarts = protocol.CodeStarting, nil, count+1
 	s.Detail = fmt.Sprintf("%s; restart %d", exit, count+1)
 	if err != nil {

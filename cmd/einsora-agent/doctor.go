@@ -32,10 +32,10 @@ func doctorCmd() *cobra.Command {
 			defer cancel()
 			log := slog.New(slog.DiscardHandler)
 			cfg := agent.DoctorConfig{StateDir: stateDir, Inventory: inventory.New(inventory.Options{}).Probe, Extra: doctorExtras(stateDir)}
-			// Drivers are named rather than "auto", which falls back to
-			// sim, so a runtime that is down shows as a warning. They are
-			// made only in a state directory that exists: the doctor
-			// creates nothing.
+			// auto makes every real runtime whether it answers or not, so
+			// one that is down shows as a warning, and none answering as
+			// a failure. Drivers are made only in a state directory that
+			// exists: the doctor creates nothing.
 			if _, err := os.Stat(stateDir); err == nil {
 				st, _ := agent.ReadStatus(stateDir)
 				if host, closeDrivers, err := agent.BuildDrivers(ctx, driverList, stateDir, st.MachineID, clock.Real{}, log); err == nil {
@@ -63,7 +63,7 @@ func doctorCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultAgentStateDir(), "state directory")
-	cmd.Flags().StringVar(&driverList, "drivers", "sim,docker", "drivers to check")
+	cmd.Flags().StringVar(&driverList, "drivers", "auto", "drivers to check, as the agent's --drivers")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only")
 	return cmd
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -15,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"einsora.dev/edge/agent"
-	"einsora.dev/edge/clock"
 	"einsora.dev/edge/internal/cli"
 	"einsora.dev/edge/inventory"
 	"einsora.dev/edge/protocol"
@@ -49,60 +49,28 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			stateDir, driverList = set.stateDir, set.drivers
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: set.level}))
-			id, err := agent.LoadMachineID(stateDir)
+			probe, err := inventorySource(inventoryFile, set.drivers, log)
 			if err != nil {
 				return err
 			}
-			host, closeDrivers, err := agent.BuildDrivers(cmd.Context(), driverList, stateDir, id, clock.Real{}, log)
-			if errors.Is(err, agent.ErrUnknownDriver) {
-				return &cli.UsageError{Err: err}
-			}
-			if err != nil {
-				return err
-			}
-			defer closeDrivers()
-			probe, err := inventorySource(inventoryFile, driverList, log)
-			if err != nil {
-				return err
-			}
-			// The lock first: a second agent is told who holds it before
-			// anything else is looked at.
-			a, err := agent.Open(agent.Config{
-				StateDir: stateDir, Drivers: host, Inventory: probe, Logger: log, Version: version,
-				DriverTimeout: set.driverTimeout,
-			})
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			nw, err := networkTransport(stateDir, log)
-			if err != nil {
-				return err
-			}
-			a.SetTransport(nw.Transport())
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			log.Info("agent running", "machine", a.MachineID(), "state", stateDir, "drivers", host.Names())
-			go a.NotifyService(ctx)
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
-			go func() {
-				for range hup {
-					log.Info("SIGHUP: probing inventory again")
-					a.Reprobe()
-				}
-			}()
-			renewal := make(chan struct{})
-			go func() { defer close(renewal); nw.RunRenewal(ctx) }()
-			defer func() { stop(); <-renewal }()
-			return a.Run(ctx)
+			err = agent.RunNetworked(ctx, agent.NetworkedConfig{
+				StateDir: set.stateDir, Drivers: set.drivers, Inventory: probe, Logger: log, Version: version,
+				DriverTimeout: set.driverTimeout, Hangup: hup,
+			})
+			if errors.Is(err, agent.ErrUnknownDriver) {
+				return &cli.UsageError{Err: err}
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultAgentStateDir(), "state directory: machine ID, state, key and certificate, lock")
-	cmd.Flags().StringVar(&driverList, "drivers", "auto", "comma-separated drivers to offer (sim, docker, docker-sandbox, macos-native), or auto: every runtime that answers")
+	cmd.Flags().StringVar(&driverList, "drivers", "auto", "comma-separated drivers to offer (sim, docker, docker-sandbox, macos-native), or auto: every real runtime, offered while it answers, never sim")
 	cmd.Flags().StringVar(&configFile, "config", "", "JSON file with state_dir, drivers, log_level, driver_timeout; flags win over it")
 	cmd.Flags().StringVar(&inventoryFile, "inventory-file", "", "development only, with --drivers sim: report this file's inventory (JSON) instead of probing")
 	return cmd
@@ -131,7 +99,7 @@ func statusCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the agent's machine ID, desired state and the workloads it holds",
+		Short: "Show the agent's machine ID, desired state, and each workload's state and last driver error",
 		Args:  cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := agent.ReadStatus(stateDir)
@@ -141,18 +109,49 @@ func statusCmd() *cobra.Command {
 			if asJSON {
 				return cli.PrintJSON(cmd.OutOrStdout(), st)
 			}
-			hubURL := st.Hub
-			if hubURL == "" {
-				hubURL = "in-process (solo), or not enrolled"
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "machine:    %s\nhub:        %s\nstate dir:  %s\nrunning:    %v\nlast sync:  %s\ngeneration: %d\nworkloads:  %s\n",
-				st.MachineID, hubURL, st.StateDir, st.Running, st.LastSync, st.DesiredGeneration, strings.Join(st.Workloads, ", "))
+			printStatus(cmd.OutOrStdout(), st)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultAgentStateDir(), "state directory")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only")
 	return cmd
+}
+
+// printStatus writes st for a person: each workload on a line, and under it
+// the last driver error, which only this machine keeps.
+func printStatus(w io.Writer, st agent.Status) {
+	hubURL := st.Hub
+	if hubURL == "" {
+		hubURL = "in-process (solo), or not enrolled"
+	}
+	fmt.Fprintf(w, "machine:    %s\nhub:        %s\nstate dir:  %s\nrunning:    %v\nlast sync:  %s\ngeneration: %d\n",
+		st.MachineID, hubURL, st.StateDir, st.Running, st.LastSync, st.DesiredGeneration)
+	if r := st.Revoked; r != nil {
+		fmt.Fprintf(w, "REVOKED:    at %s: %s\n", r.At.UTC().Format(time.RFC3339), r.Message)
+	}
+	if len(st.Workloads) == 0 {
+		fmt.Fprintln(w, "workloads:  none")
+		return
+	}
+	fmt.Fprintln(w, "workloads:")
+	for _, ws := range st.Workloads {
+		state := string(ws.State)
+		if state == "" {
+			state = "held, not yet reported"
+		}
+		fmt.Fprintf(w, "  %-24s %-14s", ws.ID, state)
+		if ws.Mode != "" {
+			fmt.Fprintf(w, " %s, attempt %d", ws.Mode, ws.Attempt)
+		}
+		if ws.Detail != "" {
+			fmt.Fprintf(w, ": %s", ws.Detail)
+		}
+		fmt.Fprintln(w)
+		if e := ws.LastError; e != nil {
+			fmt.Fprintf(w, "  %-24s last error:    %s via %s at %s: %s\n", "", e.Op, e.Driver, e.At.UTC().Format(time.RFC3339), e.Error)
+		}
+	}
 }
 
 func inventoryCmd() *cobra.Command {
