@@ -29,6 +29,13 @@ var ErrUnknownDriver = errors.New("unknown driver")
 // every inventory refresh, so a runtime that starts later is picked up. The
 // returned func closes them.
 func BuildDrivers(ctx context.Context, list, stateDir, machineID string, clk clock.Clock, log *slog.Logger) (*drivers.Host, func(), error) {
+	return BuildDriversOn(ctx, list, stateDir, machineID, "", clk, log)
+}
+
+// BuildDriversOn is BuildDrivers with the Docker drivers on dockerHost, the
+// endpoint the agent resolved once (dockerhost.Resolve) for its inventory
+// too; "" lets the driver resolve it alike.
+func BuildDriversOn(ctx context.Context, list, stateDir, machineID, dockerHost string, clk clock.Clock, log *slog.Logger) (*drivers.Host, func(), error) {
 	var ds []drivers.Driver
 	closeAll := func() {
 		for _, d := range ds {
@@ -58,7 +65,7 @@ func BuildDrivers(ctx context.Context, list, stateDir, machineID string, clk clo
 			}
 			ds = append(ds, d)
 		case docker.NameContainer, docker.NameSandbox:
-			d, err := docker.New(docker.Options{Name: name, Machine: machineID, StateDir: stateDir, Logger: log})
+			d, err := docker.New(docker.Options{Name: name, Host: dockerHost, Machine: machineID, StateDir: stateDir, Logger: log})
 			if err != nil {
 				return err
 			}

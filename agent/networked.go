@@ -20,6 +20,9 @@ type NetworkedConfig struct {
 	Inventory func(ctx context.Context) protocol.Inventory
 	Logger    *slog.Logger
 	Version   string
+	// DockerHost is the Docker endpoint chosen once for the inventory and
+	// the drivers alike (internal/dockerhost); empty resolves it again.
+	DockerHost string
 	// DriverTimeout bounds every driver call; zero is the default.
 	DriverTimeout time.Duration
 	// Hangup delivers SIGHUP: each asks for the drivers and the inventory
@@ -41,7 +44,7 @@ func RunNetworked(ctx context.Context, cfg NetworkedConfig) error {
 	if err != nil {
 		return err
 	}
-	host, closeDrivers, err := BuildDrivers(ctx, cfg.Drivers, cfg.StateDir, id, clock.Real{}, log)
+	host, closeDrivers, err := BuildDriversOn(ctx, cfg.Drivers, cfg.StateDir, id, cfg.DockerHost, clock.Real{}, log)
 	if err != nil {
 		return err
 	}

@@ -309,6 +309,7 @@ func (h *Hub) fleet(tx store.Tx, ms []store.Machine) (*placement.Fleet, map[stri
 			CPUs:   m.Inventory.CPUs, MemoryMB: m.Inventory.MemoryMB,
 			Devices: placement.DevicesFromInventory(*m.Inventory),
 			Drivers: m.Inventory.Drivers,
+			Engine:  placement.EngineOf(*m.Inventory),
 			Holding: held[m.ID],
 		})
 	}

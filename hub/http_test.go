@@ -168,8 +168,8 @@ func TestAdminClientRoundTrip(t *testing.T) {
 		t.Fatalf("machines: got %+v, %v", ms, err)
 	}
 	cs, err := c.Classes(ctx)
-	if err != nil || len(cs) != 5 {
-		t.Fatalf("classes: got %d, %v; want the 5 defaults", len(cs), err)
+	if err != nil || len(cs) != 6 {
+		t.Fatalf("classes: got %d, %v; want the 6 defaults", len(cs), err)
 	}
 	if err := c.Act(ctx, w.ID, "rm"); err != nil {
 		t.Fatal(err)

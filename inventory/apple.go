@@ -157,6 +157,12 @@ func probeAppleGPU(ctx context.Context, p *Prober, sys sysctler) (func(*protocol
 			apple = i
 		}
 	}
+	brand, _ := sys.String("machdep.cpu.brand_string")
+	if len(gpus) == 0 && strings.HasSuffix(strings.TrimSpace(brand), "(Virtual)") {
+		// A macOS guest (GitHub-hosted runner, Tart, UTM) has no GPU to
+		// find: say what it is rather than what ioreg lacks.
+		return nil, errors.Join(append(errs, errors.New("virtual machine: no GPU"))...)
+	}
 	if apple < 0 || gpus[apple].Cores == 0 {
 		if arm64, _ := sysctlFlag(sys, "hw.optional.arm64"); arm64 {
 			out, err := p.run(ctx, p.timeout, ioregPath, "-rc", "AGXAccelerator")

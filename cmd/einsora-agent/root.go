@@ -17,6 +17,7 @@ import (
 
 	"einsora.dev/edge/agent"
 	"einsora.dev/edge/internal/cli"
+	"einsora.dev/edge/internal/dockerhost"
 	"einsora.dev/edge/inventory"
 	"einsora.dev/edge/protocol"
 )
@@ -39,18 +40,20 @@ func versionCmd() *cobra.Command {
 }
 
 func runCmd() *cobra.Command {
-	var stateDir, driverList, inventoryFile, configFile string
+	var stateDir, driverList, inventoryFile, configFile, dockerHost string
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent daemon",
 		Args:  cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			set, err := settings(cmd, configFile, stateDir, driverList)
+			set, err := settings(cmd, configFile, stateDir, driverList, dockerHost)
 			if err != nil {
 				return err
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: set.level}))
-			probe, err := inventorySource(inventoryFile, set.drivers, log)
+			ep := dockerhost.Resolve(dockerhost.FromOS(set.dockerHost))
+			log.Info("docker endpoint", "host", ep.Host, "why", ep.Why)
+			probe, err := inventorySource(inventoryFile, set.drivers, inventoryOptions(ep), log)
 			if err != nil {
 				return err
 			}
@@ -61,7 +64,7 @@ func runCmd() *cobra.Command {
 			defer signal.Stop(hup)
 			err = agent.RunNetworked(ctx, agent.NetworkedConfig{
 				StateDir: set.stateDir, Drivers: set.drivers, Inventory: probe, Logger: log, Version: version,
-				DriverTimeout: set.driverTimeout, Hangup: hup,
+				DockerHost: ep.Host, DriverTimeout: set.driverTimeout, Hangup: hup,
 			})
 			if errors.Is(err, agent.ErrUnknownDriver) {
 				return &cli.UsageError{Err: err}
@@ -71,14 +74,16 @@ func runCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultAgentStateDir(), "state directory: machine ID, state, key and certificate, lock")
 	cmd.Flags().StringVar(&driverList, "drivers", "auto", "comma-separated drivers to offer (sim, docker, docker-sandbox, macos-native), or auto: every real runtime, offered while it answers, never sim")
-	cmd.Flags().StringVar(&configFile, "config", "", "JSON file with state_dir, drivers, log_level, driver_timeout; flags win over it")
+	cmd.Flags().StringVar(&configFile, "config", "", "JSON file with state_dir, drivers, log_level, driver_timeout, docker_host; flags win over it")
+	addDockerHostFlag(cmd, &dockerHost)
 	cmd.Flags().StringVar(&inventoryFile, "inventory-file", "", "development only, with --drivers sim: report this file's inventory (JSON) instead of probing")
 	return cmd
 }
 
-func inventorySource(file, driverList string, log *slog.Logger) (func(context.Context) protocol.Inventory, error) {
+func inventorySource(file, driverList string, opts inventory.Options, log *slog.Logger) (func(context.Context) protocol.Inventory, error) {
 	if file == "" {
-		return inventory.New(inventory.Options{Logger: log}).Probe, nil
+		opts.Logger = log
+		return inventory.New(opts).Probe, nil
 	}
 	if strings.TrimSpace(driverList) != "sim" {
 		return nil, cli.Usagef("--inventory-file is for development and needs --drivers sim")
@@ -156,6 +161,7 @@ func printStatus(w io.Writer, st agent.Status) {
 
 func inventoryCmd() *cobra.Command {
 	var asJSON bool
+	var dockerHost, captureDir string
 	cmd := &cobra.Command{
 		Use:   "inventory",
 		Short: "Print what this machine would report to a hub",
@@ -163,7 +169,10 @@ func inventoryCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
-			inv := inventory.New(inventory.Options{}).Probe(ctx)
+			inv, err := probeOrCapture(ctx, inventory.New(inventoryOptions(dockerhost.Resolve(dockerhost.FromOS(dockerHost)))), captureDir)
+			if err != nil {
+				return err
+			}
 			if asJSON {
 				return cli.PrintJSON(cmd.OutOrStdout(), inv)
 			}
@@ -171,10 +180,17 @@ func inventoryCmd() *cobra.Command {
 			fmt.Fprintf(out, "os:        %s/%s %s (kernel %s)\ncpu:       %s, %d CPUs\nmemory:    %d MB\n",
 				inv.OS, inv.Arch, inv.OSVersion, inv.Kernel, inv.CPUModel, inv.CPUs, inv.MemoryMB)
 			for _, g := range inv.GPUs {
-				fmt.Fprintf(out, "gpu:       %s %s (%s)\n", g.Vendor, g.Model, g.ID)
+				switch {
+				case g.Parent != "":
+					fmt.Fprintf(out, "gpu:         MIG %s, %d MB (%s)\n", g.Profile, g.MemoryMB, g.ID)
+				case g.MIGMode != "":
+					fmt.Fprintf(out, "gpu:       %s %s (%s), MIG %s\n", g.Vendor, g.Model, g.ID, g.MIGMode)
+				default:
+					fmt.Fprintf(out, "gpu:       %s %s (%s)\n", g.Vendor, g.Model, g.ID)
+				}
 			}
 			if inv.Docker != nil {
-				fmt.Fprintf(out, "docker:    %s, runtimes %s\n", inv.Docker.Version, strings.Join(inv.Docker.Runtimes, ", "))
+				fmt.Fprintf(out, "docker:    %s %s, runtimes %s\n", inv.Docker.Kind, inv.Docker.Version, strings.Join(inv.Docker.Runtimes, ", "))
 			}
 			for _, n := range inv.Notes {
 				fmt.Fprintf(out, "note:      %s\n", n)
@@ -183,5 +199,7 @@ func inventoryCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only")
+	addDockerHostFlag(cmd, &dockerHost)
+	cmd.Flags().StringVar(&captureDir, "capture", "", "also write the raw outputs the probes read to this directory, redacted, for a bug report")
 	return cmd
 }

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"slices"
+	"strings"
 
 	"einsora.dev/edge/protocol"
 )
@@ -13,7 +14,17 @@ const (
 	AcceleratorAppleGPU  = "apple-gpu"
 	AcceleratorNvidiaGPU = "nvidia-gpu"
 	AcceleratorAMDGPU    = "amd-gpu"
+	// AcceleratorNvidiaMIG1g is a MIG device of one slice ("1g.10gb" on
+	// an A100 80GB or H100, "1g.18gb" on an H200): MIGAccelerator("1g").
+	AcceleratorNvidiaMIG1g = "nvidia-mig-1g"
 )
+
+// migAcceleratorPrefix starts the accelerators of NVIDIA MIG devices by
+// size: "nvidia-mig-1g" ... "nvidia-mig-7g".
+const migAcceleratorPrefix = "nvidia-mig-"
+
+// MIGAccelerator is the accelerator of MIG devices of size "1g" ... "7g".
+func MIGAccelerator(size string) string { return migAcceleratorPrefix + size }
 
 // Driver is a row of the hub's driver table. Everything in it is the hub's
 // word, never the agent's: an agent only says which drivers it offers.
@@ -37,6 +48,11 @@ type Driver struct {
 	// PerMachineLimit caps how many workloads one machine holds with this
 	// driver at once; 0 means no cap.
 	PerMachineLimit int
+	// Engines, for a driver over the Docker API, are the kinds of workload
+	// it runs on each engine that may answer that API (protocol.Engine*);
+	// an engine not listed runs none. nil: the driver needs no engine.
+	// A machine whose inventory names no engine kind counts as Docker.
+	Engines map[string][]protocol.Kind
 }
 
 // DefaultDrivers is the hub's driver table.
@@ -52,6 +68,14 @@ var DefaultDrivers = []Driver{
 		Isolation: protocol.IsolationContainer, Weak: true,
 		Kinds:        []protocol.Kind{protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
 		Accelerators: []string{AcceleratorNone, AcceleratorNvidiaGPU},
+		// Podman's Docker-compatible API runs plain containers; the
+		// volumes and long-lived ports notebooks and endpoints rely on
+		// are not tried there yet.
+		Engines: map[string][]protocol.Kind{
+			protocol.EngineDocker:        {protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
+			protocol.EngineDockerDesktop: {protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
+			protocol.EnginePodman:        {protocol.KindContainer},
+		},
 	},
 	{
 		// Docker with the gVisor runtime (runsc).
@@ -59,6 +83,11 @@ var DefaultDrivers = []Driver{
 		Isolation:    protocol.IsolationSandbox,
 		Kinds:        []protocol.Kind{protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
 		Accelerators: []string{AcceleratorNone},
+		// runsc is registered with a Docker Engine of the machine's own;
+		// Docker Desktop's VM and Podman are not where it was tried.
+		Engines: map[string][]protocol.Kind{
+			protocol.EngineDocker: {protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
+		},
 	},
 	{
 		// Virtualization.framework. macOS allows two macOS guests per
@@ -117,12 +146,29 @@ func DriverOS(name string) (string, bool) {
 }
 
 // Runs reports whether the driver runs workloads of kind k with the
-// accelerator acc ("" reads as AcceleratorNone).
+// accelerator acc ("" reads as AcceleratorNone). A driver that drives NVIDIA
+// GPUs drives their MIG devices of every size: they are requested the same
+// way, by UUID.
 func (d Driver) Runs(k protocol.Kind, acc string) bool {
 	if acc == "" {
 		acc = AcceleratorNone
 	}
+	if strings.HasPrefix(acc, migAcceleratorPrefix) {
+		acc = AcceleratorNvidiaGPU
+	}
 	return slices.Contains(d.Kinds, k) && slices.Contains(d.Accelerators, acc)
+}
+
+// RunsOn reports whether the driver runs workloads of kind k on a machine
+// whose Docker engine is engine ("" counts as Docker).
+func (d Driver) RunsOn(engine string, k protocol.Kind) bool {
+	if d.Engines == nil {
+		return true
+	}
+	if engine == "" {
+		engine = protocol.EngineDocker
+	}
+	return slices.Contains(d.Engines[engine], k)
 }
 
 // FitsPlatform reports whether the driver runs on a machine of GOOS os and

@@ -274,7 +274,7 @@ func (f *Fleet) static(ms *machineState, w *Workload, c *Class, cands []int) (st
 	offered := false
 	var permitted []int
 	for _, i := range cands {
-		if !ms.offers[i] {
+		if !ms.offers[i] || !f.drivers[i].RunsOn(m.Engine, w.Kind) {
 			continue
 		}
 		offered = true

@@ -63,6 +63,7 @@ var DefaultClasses = []Class{
 	{Name: "cpu-4", Accelerator: AcceleratorNone, CPUs: 4, MemoryMB: 8192},
 	{Name: "apple-gpu", Accelerator: AcceleratorAppleGPU, Devices: 1, CPUs: 4, MemoryMB: 16384},
 	{Name: "nvidia-1", Accelerator: AcceleratorNvidiaGPU, Devices: 1, CPUs: 4, MemoryMB: 16384},
+	{Name: "nvidia-mig-1g", Accelerator: AcceleratorNvidiaMIG1g, Devices: 1, CPUs: 2, MemoryMB: 8192},
 }
 
 func (c Class) accelerator() string {

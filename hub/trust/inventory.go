@@ -48,6 +48,9 @@ var (
 	knownOS    = map[string]bool{"linux": true, "darwin": true}
 	knownArch  = map[string]bool{"amd64": true, "arm64": true}
 	gpuVendors = map[string]bool{"apple": true, "nvidia": true, "amd": true, "intel": true}
+	// dockerKinds are the engines an agent may report; "" from an agent
+	// that does not say.
+	dockerKinds = map[string]bool{"": true, protocol.EngineDocker: true, protocol.EngineDockerDesktop: true, protocol.EnginePodman: true}
 )
 
 // CheckInventory reports why inv does not fit the machine registered as
@@ -95,6 +98,9 @@ func CheckInventory(regOS, regArch string, inv *protocol.Inventory, driverOS fun
 	if inv.Docker != nil && len(inv.Docker.Runtimes) > MaxRuntimes {
 		return broke("docker-runtimes", "%d over %d", len(inv.Docker.Runtimes), MaxRuntimes)
 	}
+	if inv.Docker != nil && !dockerKinds[inv.Docker.Kind] {
+		return broke("docker-kind", "%q is not docker, docker-desktop or podman", inv.Docker.Kind)
+	}
 	if len(inv.Notes) > MaxNotes {
 		return broke("notes", "%d over %d", len(inv.Notes), MaxNotes)
 	}
@@ -138,7 +144,7 @@ func checkGPUs(inv *protocol.Inventory) error {
 			return broke("apple-gpu", "%d Apple GPUs, want at most 1", apple)
 		}
 	}
-	return nil
+	return checkMIG(inv.GPUs)
 }
 
 func checkDrivers(inv *protocol.Inventory, driverOS func(string) (string, bool)) error {
@@ -189,9 +195,14 @@ func eachString(inv *protocol.Inventory, f func(field string, s *string)) {
 		f("gpus.vendor", &inv.GPUs[i].Vendor)
 		f("gpus.model", &inv.GPUs[i].Model)
 		f("gpus.id", &inv.GPUs[i].ID)
+		f("gpus.mig_mode", &inv.GPUs[i].MIGMode)
+		f("gpus.parent", &inv.GPUs[i].Parent)
+		f("gpus.profile", &inv.GPUs[i].Profile)
 	}
 	if inv.Docker != nil {
 		f("docker.version", &inv.Docker.Version)
+		f("docker.kind", &inv.Docker.Kind)
+		f("docker.platform", &inv.Docker.Platform)
 		for i := range inv.Docker.Runtimes {
 			f("docker.runtimes", &inv.Docker.Runtimes[i])
 		}

@@ -19,6 +19,12 @@ class EinsoraAgent < Formula
            "packaging/homebrew/einsora-agent.entitlements", bin/"einsora-agent"
   end
 
+  # Docker: brew services runs the agent under launchd, without your shell's
+  # DOCKER_HOST. The agent still finds your current docker context and the
+  # Docker Desktop (~/.docker/run/docker.sock) and Colima
+  # (~/.colima/default/docker.sock) sockets under your home; to name
+  # another engine, add "--docker-host", "unix://#{Dir.home}/PATH" to run,
+  # or docker_host to a config file. `einsora-agent doctor` says which.
   service do
     run [opt_bin/"einsora-agent", "run", "--state-dir", var/"einsora/agent"]
     keep_alive successful_exit: false
