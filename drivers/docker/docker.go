@@ -68,6 +68,13 @@ const (
 	DataPath = "/data"
 	// NamePrefix begins the name of every container and volume made.
 	NamePrefix = "einsora-"
+	// LogDriver, LogMaxSize and LogMaxFiles bound the engine's copy of a
+	// container's output: Docker's "local" driver, rotated, at most 3 × 5
+	// MB. Without them the engine's default json-file log grows without
+	// end.
+	LogDriver   = "local"
+	LogMaxSize  = "5m"
+	LogMaxFiles = "3"
 	// PidsLimit bounds the processes of one container, whatever its
 	// class: enough for any service, few enough that a fork bomb cannot
 	// starve the machine.
@@ -414,6 +421,12 @@ func (d *Driver) hostConfig(ctx context.Context, spec drivers.Spec) (*container.
 		// An init as PID 1 forwards SIGTERM to workloads that do not
 		// handle it themselves, so Stop rarely needs the grace period.
 		Init: &init,
+		// The engine's own copy of the output is bounded too, in a
+		// format its log API reads back (FollowLogs); the agent's ring
+		// holds the rest.
+		LogConfig: container.LogConfig{Type: LogDriver, Config: map[string]string{
+			"max-size": LogMaxSize, "max-file": LogMaxFiles,
+		}},
 		Mounts: []mount.Mount{{
 			Type:   mount.TypeVolume,
 			Source: VolumeName(spec.Workload),

@@ -132,6 +132,9 @@ func TestSpecHonoured(t *testing.T) {
 	if hc.NanoCPUs != 1e9 || hc.Memory != 64<<20 || hc.PidsLimit == nil || *hc.PidsLimit != PidsLimit {
 		t.Errorf("limits: NanoCPUs %d, Memory %d, PidsLimit %v", hc.NanoCPUs, hc.Memory, hc.PidsLimit)
 	}
+	if lc := hc.LogConfig; lc.Type != LogDriver || lc.Config["max-size"] != LogMaxSize || lc.Config["max-file"] != LogMaxFiles {
+		t.Errorf("log config %+v: the engine's copy is unbounded", lc)
+	}
 	for k, v := range ir.Container.Config.Labels {
 		if strings.Contains(k+v, secret) {
 			t.Errorf("label %s=%s holds the secret", k, v)
