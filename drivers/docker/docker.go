@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -314,16 +315,33 @@ func (d *Driver) Start(ctx context.Context, spec drivers.Spec) error {
 	if c == nil {
 		return d.create(ctx, spec)
 	}
+	e, _ := d.rec.get(w)
+	if e.Container != c.ID {
+		e = entry{}
+	}
 	switch c.State.Status {
 	case container.StateRunning, container.StateRestarting, container.StatePaused:
-		d.rec.set(w, entry{Container: c.ID, Attempt: spec.Attempt})
+		d.rec.set(w, entry{Container: c.ID, Attempt: spec.Attempt, Spec: e.Spec})
 		return nil
 	case container.StateRemoving:
 		return fmt.Errorf("docker: start %s: container is being removed", w)
 	}
+	if e.Spec != "" && e.Spec != specHash(spec) {
+		// Its image, class or spec changed while it was down: a
+		// container's config cannot change, so it is made anew. The
+		// volumes, which hold its data, stay.
+		d.log.Info("recreating container for a changed spec", "workload", w, "attempt", spec.Attempt, "container", shortID(c.ID))
+		cctx, cancel := d.call(ctx)
+		_, err := d.cli.ContainerRemove(cctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		cancel()
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("docker: start %s: %w", w, d.wrap(ctx, "remove container", err))
+		}
+		return d.create(ctx, spec)
+	}
 	// Created, exited or dead: start the same container, so its writable
 	// layer and volume carry over.
-	d.rec.set(w, entry{Container: c.ID, Attempt: spec.Attempt})
+	d.rec.set(w, entry{Container: c.ID, Attempt: spec.Attempt, Spec: e.Spec})
 	d.log.Info("restarting container", "workload", w, "attempt", spec.Attempt, "container", shortID(c.ID))
 	return d.startContainer(ctx, w, c.ID)
 }
@@ -406,7 +424,7 @@ func (d *Driver) createAndStart(ctx context.Context, spec drivers.Spec, hc *cont
 	for _, warn := range res.Warnings {
 		d.log.Warn("engine warning on create", "workload", w, "warning", warn)
 	}
-	d.rec.set(w, entry{Container: res.ID, Attempt: spec.Attempt})
+	d.rec.set(w, entry{Container: res.ID, Attempt: spec.Attempt, Spec: specHash(spec)})
 	d.log.Info("created container", "workload", w, "attempt", spec.Attempt, "container", shortID(res.ID), "image", spec.Image)
 	return d.startContainer(ctx, w, res.ID)
 }
@@ -555,7 +573,11 @@ func (d *Driver) Stop(ctx context.Context, w string) error {
 	}
 	// Recorded first, so that once it is down it reads as stopped, not
 	// exited, even if the agent dies meanwhile.
-	d.rec.set(w, entry{Container: c.ID, Attempt: d.attempt(w, c.ID, c.Config.Labels), Stopped: true})
+	e, _ := d.rec.get(w)
+	if e.Container != c.ID {
+		e = entry{}
+	}
+	d.rec.set(w, entry{Container: c.ID, Attempt: d.attempt(w, c.ID, c.Config.Labels), Stopped: true, Spec: e.Spec})
 	if !c.State.Running && !c.State.Restarting {
 		return nil
 	}
@@ -852,6 +874,23 @@ func ContainerName(w string) string {
 
 // VolumeName is the name of workload w's data volume.
 func VolumeName(w string) string { return ContainerName(w) }
+
+// specHash sums what a container is created from: image, class and
+// workload spec (the restart policy aside, which is the agent's). It is kept
+// in the driver's record (mode 0600, beside the agent's state, which holds
+// the spec itself), never in a label: it sums secrets too.
+func specHash(spec drivers.Spec) string {
+	ws := spec.WorkloadSpec
+	ws.Restart = nil
+	b, _ := json.Marshal(struct {
+		Image     string
+		Kind      protocol.Kind
+		Resources protocol.Resources
+		Spec      protocol.WorkloadSpec
+	}{spec.Image, spec.Kind, spec.Resources, ws})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
 
 // NamedVolume is the engine's name for the spec's volume called name of
 // workload w: the container's name, the volume's, and a short hash of the

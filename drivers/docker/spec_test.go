@@ -239,3 +239,56 @@ func TestBadSpecRefused(t *testing.T) {
 		t.Fatal("Start accepted a volume over the data volume")
 	}
 }
+
+// TestSpecChangeRecreates: a workload started again with another spec
+// gets a new container with it, keeping its data; with the same spec it
+// keeps its container.
+func TestSpecChangeRecreates(t *testing.T) {
+	imgs := requireImages(t)
+	d := newTestDriver(t, Options{})
+	ctx := testCtx(t)
+	w := testPrefix + "respec"
+	removeAtEnd(t, d, w)
+	port := freePort(t)
+	spec := func(attempt int64, greeting string) drivers.Spec {
+		return drivers.Spec{Workload: w, Attempt: attempt, Image: imgs.serve, WorkloadSpec: protocol.WorkloadSpec{
+			Command: []string{"http"}, Env: map[string]string{"GREETING": greeting},
+			Ports: []protocol.Port{{Host: port, Container: 8080}}}}
+	}
+	mustStart(t, d, spec(1, "one"))
+	waitState(t, d, w, drivers.StateRunning)
+	if got := fetch(t, port, "/env/GREETING"); got != "one" {
+		t.Fatalf("got %q", got)
+	}
+	writeData(t, w, "kept", "yes")
+	first := containerID(t, w)
+
+	if err := d.Stop(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, d, w, drivers.StateStopped)
+	mustStart(t, d, spec(2, "two"))
+	if inst := waitState(t, d, w, drivers.StateRunning); inst.Attempt != 2 {
+		t.Errorf("attempt %d, want 2", inst.Attempt)
+	}
+	if got := fetch(t, port, "/env/GREETING"); got != "two" {
+		t.Errorf("after a changed spec: got %q, want two", got)
+	}
+	second := containerID(t, w)
+	if second == first {
+		t.Error("the container was not made anew")
+	}
+	if got, ok := readData(t, w, "kept"); !ok || got != "yes" {
+		t.Errorf("data after recreation: %q, %v", got, ok)
+	}
+
+	if err := d.Stop(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, d, w, drivers.StateStopped)
+	mustStart(t, d, spec(3, "two"))
+	waitState(t, d, w, drivers.StateRunning)
+	if containerID(t, w) != second {
+		t.Error("the same spec made a new container")
+	}
+}
