@@ -61,6 +61,8 @@ const (
 	// FollowBuffer is how many entries a follower may lag behind before
 	// lines are dropped for it (and a System line says how many).
 	FollowBuffer = 1024
+	// WriteBuffer is how much output is gathered before a write to disk.
+	WriteBuffer = 64 << 10
 )
 
 // Options configure a Store.
@@ -82,7 +84,11 @@ type Store struct {
 }
 
 type ring struct {
-	f         *os.File // NAME.0, open for append
+	f *os.File // NAME.0, open for append
+	// w buffers writes to f: one write per WriteBuffer, not per line.
+	// Every read flushes it first, so readers see every line; a crash
+	// loses at most what it holds.
+	w         *bufio.Writer
 	size      int64
 	last      time.Time // time of the newest entry
 	followers map[*follower]struct{}
@@ -130,8 +136,8 @@ func (r *ring) close() error {
 	if r.f == nil {
 		return nil
 	}
-	err := r.f.Close()
-	r.f = nil
+	err := errors.Join(r.w.Flush(), r.f.Close())
+	r.f, r.w = nil, nil
 	return err
 }
 
@@ -160,7 +166,7 @@ func (s *Store) ringLocked(workload string) (*ring, error) {
 		f.Close()
 		return nil, fmt.Errorf("logs: open %s: %w", workload, err)
 	}
-	r.f, r.size = f, st.Size()
+	r.f, r.w, r.size = f, bufio.NewWriterSize(f, WriteBuffer), st.Size()
 	if r.last.IsZero() {
 		if es, err := s.readFiles(workload); err == nil && len(es) > 0 {
 			r.last = es[len(es)-1].Time
@@ -194,7 +200,7 @@ func (s *Store) Append(workload string, e Entry) error {
 			return err
 		}
 	}
-	if _, err := r.f.Write(b); err != nil {
+	if _, err := r.w.Write(b); err != nil {
 		return fmt.Errorf("logs: write %s: %w", workload, err)
 	}
 	r.size += int64(len(b))
@@ -228,10 +234,10 @@ func (f *follower) send(e Entry, clk clock.Clock) {
 }
 
 func (s *Store) rotateLocked(workload string, r *ring) error {
-	if err := r.f.Close(); err != nil {
+	if err := errors.Join(r.w.Flush(), r.f.Close()); err != nil {
 		return fmt.Errorf("logs: rotate %s: %w", workload, err)
 	}
-	r.f = nil
+	r.f, r.w = nil, nil
 	base := s.base(workload)
 	if err := os.Rename(base+".0", base+".1"); err != nil {
 		return fmt.Errorf("logs: rotate %s: %w", workload, err)
@@ -240,7 +246,7 @@ func (s *Store) rotateLocked(workload string, r *ring) error {
 	if err != nil {
 		return fmt.Errorf("logs: rotate %s: %w", workload, err)
 	}
-	r.f, r.size = f, 0
+	r.f, r.w, r.size = f, bufio.NewWriterSize(f, WriteBuffer), 0
 	return nil
 }
 
@@ -292,9 +298,14 @@ func (s *Store) Read(workload string, tail int, since time.Time) ([]Entry, error
 	return es, nil
 }
 
-// readFiles reads NAME.1 then NAME.0. A line that does not decode (a
-// write cut short by a crash) is skipped.
+// readFiles reads NAME.1 then NAME.0, after writing out what is buffered.
+// A line that does not decode (a write cut short by a crash) is skipped.
 func (s *Store) readFiles(workload string) ([]Entry, error) {
+	if r := s.rings[workload]; r != nil && r.w != nil {
+		if err := r.w.Flush(); err != nil {
+			return nil, fmt.Errorf("logs: read %s: %w", workload, err)
+		}
+	}
 	var out []Entry
 	for _, suffix := range []string{".1", ".0"} {
 		f, err := os.Open(s.base(workload) + suffix)
