@@ -48,6 +48,8 @@ type Config struct {
 	InventoryInterval time.Duration
 	// Backoff paces reconnects after failed syncs.
 	Backoff hubclient.Backoff
+	// OnApplyPass, if set, is told each apply pass's duration (metrics).
+	OnApplyPass func(time.Duration)
 }
 
 // Defaults.

@@ -77,7 +77,11 @@ func with(def action, except map[observed]action) map[observed]action {
 
 func (a *Agent) applyLoop(ctx context.Context) {
 	for {
+		start := a.clk.Now()
 		acted := a.applyPass(ctx)
+		if a.cfg.OnApplyPass != nil {
+			a.cfg.OnApplyPass(a.clk.Now().Sub(start))
+		}
 		a.lastPass.Store(time.Now().UnixNano())
 		wait := a.cfg.ApplyInterval
 		if acted {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // findChromium returns a Chromium or Chrome binary, or "".
@@ -162,7 +166,8 @@ func TestDashboardInChromium(t *testing.T) {
 	if got := text("read the state", chromedp.CSS(`tr[data-machine="`+machineID+`"] .state`)); got != "offline" {
 		t.Errorf("an enrolled machine that never synced shows %q, want offline", got)
 	}
-	start(t, "einsora-agent", "run", "--drivers", "sim", "--state-dir", state)
+	metricsAddr := freeAddr(t)
+	start(t, "einsora-agent", "run", "--drivers", "sim", "--state-dir", state, "--metrics", metricsAddr)
 	waitJS("the machine to show online", row+` && `+row+`.textContent.trim() === "online"`)
 	shoot(t, ctx, "machines")
 
@@ -171,6 +176,7 @@ func TestDashboardInChromium(t *testing.T) {
 	do("open the workload page", chromedp.Navigate(adminURL+"/ui/workloads/"+id), chromedp.WaitVisible(chromedp.CSS(`dl.facts`)), mark)
 	waitJS("the workload to show running", `document.querySelector('dd.state') && document.querySelector('dd.state').textContent.includes("running")`)
 	shoot(t, ctx, "workload")
+	checkAgentMetrics(t, "http://"+metricsAddr+"/metrics")
 
 	// 6. The agent's name is text, never markup.
 	do("open the machine page", chromedp.Navigate(adminURL+"/ui/machines/"+machineID), chromedp.WaitVisible(chromedp.CSS(`dd.name`)))
@@ -226,4 +232,57 @@ func shoot(t *testing.T, ctx context.Context, name string) {
 		}
 	}
 	chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900))
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// checkAgentMetrics reads `einsora-agent run --metrics` while a workload
+// runs: the key series are there and tell the truth.
+func checkAgentMetrics(t *testing.T, url string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("agent metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("agent metrics do not parse: %v", err)
+	}
+	has := func(name string, min float64, labels ...string) {
+		t.Helper()
+	next:
+		for _, m := range fams[name].GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if got[labels[i]] != labels[i+1] {
+					continue next
+				}
+			}
+			v := m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+			if v < min {
+				t.Errorf("agent metric %s%v = %v, want at least %v", name, labels, v, min)
+			}
+			return
+		}
+		t.Errorf("agent metrics lack %s%v", name, labels)
+	}
+	has("einsora_agent_syncs_total", 1, "result", "ok")
+	has("einsora_agent_driver_call_seconds", 1, "driver", "sim", "call", "start", "result", "ok")
+	has("einsora_agent_workloads", 1, "driver", "sim", "state", "running")
+	has("einsora_agent_apply_pass_seconds", 1)
+	has("einsora_agent_inventory_probe_seconds", 1)
 }

@@ -39,7 +39,7 @@ func versionCmd() *cobra.Command {
 }
 
 func runCmd() *cobra.Command {
-	var stateDir, driverList, inventoryFile, configFile string
+	var stateDir, driverList, inventoryFile, configFile, metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent daemon",
@@ -67,12 +67,16 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			obs, err := newObserver(metricsAddr)
+			if err != nil {
+				return err
+			}
 			// The lock first: a second agent is told who holds it before
 			// anything else is looked at.
-			a, err := agent.Open(agent.Config{
+			a, err := agent.Open(obs.config(agent.Config{
 				StateDir: stateDir, Drivers: host, Inventory: probe, Logger: log, Version: version,
 				DriverTimeout: set.driverTimeout,
-			})
+			}))
 			if err != nil {
 				return err
 			}
@@ -81,9 +85,10 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			a.SetTransport(nw.Transport())
+			a.SetTransport(obs.transport(nw.Transport()))
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			obs.serve(ctx, log)
 			log.Info("agent running", "machine", a.MachineID(), "state", stateDir, "drivers", host.Names())
 			go a.NotifyService(ctx)
 			hup := make(chan os.Signal, 1)
@@ -104,6 +109,7 @@ func runCmd() *cobra.Command {
 	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultAgentStateDir(), "state directory: machine ID, state, key and certificate, lock")
 	cmd.Flags().StringVar(&driverList, "drivers", "auto", "comma-separated drivers to offer (sim, docker, docker-sandbox, macos-native), or auto: every runtime that answers")
 	cmd.Flags().StringVar(&configFile, "config", "", "JSON file with state_dir, drivers, log_level, driver_timeout; flags win over it")
+	cmd.Flags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics, on loopback only (e.g. 127.0.0.1:9464); off by default")
 	cmd.Flags().StringVar(&inventoryFile, "inventory-file", "", "development only, with --drivers sim: report this file's inventory (JSON) instead of probing")
 	return cmd
 }
