@@ -48,6 +48,9 @@ type Tx interface {
 	PutMachine(m Machine) error
 	Machine(id string) (Machine, error)
 	Machines() ([]Machine, error)
+	// MachinesAfter returns at most limit machines whose IDs sort after
+	// after ("" for the first), in ID order: one page of the fleet.
+	MachinesAfter(after string, limit int) ([]Machine, error)
 	// DeleteMachine removes the machine and its statuses; ErrNotFound if
 	// there is none.
 	DeleteMachine(id string) error

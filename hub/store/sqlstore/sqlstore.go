@@ -347,7 +347,18 @@ func (t *tx) Machine(id string) (store.Machine, error) {
 }
 
 func (t *tx) Machines() ([]store.Machine, error) {
-	rows, err := t.query(`SELECT ` + machineCols + ` FROM machines ORDER BY id` + t.s.d.Collate)
+	return t.machines(t.query(`SELECT ` + machineCols + ` FROM machines ORDER BY id` + t.s.d.Collate))
+}
+
+func (t *tx) MachinesAfter(after string, limit int) ([]store.Machine, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	c := t.s.d.Collate
+	return t.machines(t.query(`SELECT `+machineCols+` FROM machines WHERE id`+c+` > ? ORDER BY id`+c+` LIMIT ?`, after, limit))
+}
+
+func (t *tx) machines(rows *sql.Rows, err error) ([]store.Machine, error) {
 	if err != nil {
 		return nil, err
 	}
