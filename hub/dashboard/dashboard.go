@@ -39,7 +39,9 @@ const (
 
 // Hub is what the dashboard reads and does.
 type Hub interface {
-	Machines(ctx context.Context) ([]hub.MachineView, error)
+	// MachinesAfter is one page of machines in ID order, after the ID
+	// after: the machines list never reads the whole fleet.
+	MachinesAfter(ctx context.Context, after string, limit int) ([]hub.MachineView, error)
 	Machine(ctx context.Context, id string) (hub.MachineView, error)
 	Workloads(ctx context.Context) ([]store.Workload, error)
 	Workload(ctx context.Context, id string) (store.Workload, error)

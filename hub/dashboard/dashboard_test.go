@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,10 +30,13 @@ type fakeHub struct {
 	revoked  []string
 }
 
-func (f *fakeHub) Machines(context.Context) ([]hub.MachineView, error) {
+func (f *fakeHub) MachinesAfter(_ context.Context, after string, limit int) ([]hub.MachineView, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]hub.MachineView(nil), f.machines...), nil
+	ms := slices.Clone(f.machines)
+	slices.SortFunc(ms, func(a, b hub.MachineView) int { return strings.Compare(a.ID, b.ID) })
+	ms = slices.DeleteFunc(ms, func(m hub.MachineView) bool { return m.ID <= after })
+	return ms[:min(limit, len(ms))], nil
 }
 
 func (f *fakeHub) Machine(_ context.Context, id string) (hub.MachineView, error) {
@@ -195,12 +199,16 @@ func TestMachinesArePagedAndAgentStringsEscaped(t *testing.T) {
 	}
 	srv, c := newTest(t, f)
 	signIn(t, srv, c)
-	_, body := get(t, c, srv.URL+Prefix+"?page=3&frag=1")
-	if n := strings.Count(body, "<tr data-machine="); n != 20 {
-		t.Errorf("page 3 of 120 by 50 shows %d rows, want 20", n)
+	_, first := get(t, c, srv.URL+Prefix+"?frag=1")
+	if n := strings.Count(first, "<tr data-machine="); n != 50 || !strings.Contains(first, `href="?after=m049"`) || strings.Contains(first, "first page") {
+		t.Errorf("the first page of 120 by 50 shows %d rows; want 50 and a link to the next page only", n)
 	}
-	if !strings.Contains(body, `data-machine="m100"`) || strings.Contains(body, `data-machine="m099"`) {
-		t.Error("page 3 does not start at the 101st machine")
+	_, body := get(t, c, srv.URL+Prefix+"?after=m099&frag=1")
+	if n := strings.Count(body, "<tr data-machine="); n != 20 {
+		t.Errorf("the page after m099 shows %d rows, want 20", n)
+	}
+	if !strings.Contains(body, `data-machine="m100"`) || strings.Contains(body, `data-machine="m099"`) || strings.Contains(body, "next →") {
+		t.Error("the last page does not start at the 101st machine, or links to a next page")
 	}
 	if strings.Contains(body, "<script>alert") || strings.Contains(body, "<b>H200") {
 		t.Error("an agent-supplied string reached the page unescaped")
@@ -208,7 +216,7 @@ func TestMachinesArePagedAndAgentStringsEscaped(t *testing.T) {
 	if !strings.Contains(body, "&lt;script&gt;alert(100)") {
 		t.Error("the machine's name is not shown as text")
 	}
-	for _, want := range []string{"60 online", "60 offline", "2 behind", `title="older than the hub"`, "page 3 of 3", "nvidia &lt;b&gt;H200"} {
+	for _, want := range []string{"2 behind", `title="older than the hub"`, "first page", "nvidia &lt;b&gt;H200", `class="badge online"`, `class="badge offline"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("machines page lacks %q", want)
 		}

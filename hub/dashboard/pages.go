@@ -147,27 +147,33 @@ func paginate(n, size int, q url.Values) (lo, hi int, pg pager) {
 }
 
 type machinesData struct {
-	Rows   []machineRow
-	Pager  pager
-	Counts map[string]int
+	Rows []machineRow
+	// First is set when this is not the first page; Next when there is a
+	// page after it.
+	First, Next string
+	From        int
 }
 
-// machines lists one page of machines. The hub offers only every machine
-// at once; the page is cut here, and only its rows are built and rendered.
+// machines lists one page of machines, read from the hub by keyset: a page
+// costs the same at any fleet size.
 func (d *Dashboard) machines(w http.ResponseWriter, r *http.Request, s session) {
-	ms, err := d.cfg.Hub.Machines(r.Context())
+	after := r.URL.Query().Get("after")
+	size := d.cfg.PageSize
+	// One more than a page tells whether there is a next one.
+	ms, err := d.cfg.Hub.MachinesAfter(r.Context(), after, size+1)
 	if err != nil {
 		d.fail(w, r, s, err)
 		return
 	}
-	counts := map[string]int{"online": 0, "offline": 0, "revoked": 0}
-	for _, m := range ms {
-		counts[machineState(m)]++
+	data := machinesData{Rows: make([]machineRow, 0, min(len(ms), size))}
+	if len(ms) > size {
+		ms = ms[:size]
+		data.Next = "?after=" + url.QueryEscape(ms[size-1].ID)
 	}
-	slices.SortFunc(ms, func(a, b hub.MachineView) int { return cmp.Compare(a.ID, b.ID) })
-	lo, hi, pg := paginate(len(ms), d.cfg.PageSize, r.URL.Query())
-	data := machinesData{Pager: pg, Counts: counts, Rows: make([]machineRow, 0, hi-lo)}
-	for _, m := range ms[lo:hi] {
+	if after != "" {
+		data.First = Prefix
+	}
+	for _, m := range ms {
 		data.Rows = append(data.Rows, d.row(m))
 	}
 	d.render(w, r, http.StatusOK, "machines", view{Title: "Machines", Nav: "machines", CSRF: s.csrf, Data: data})
