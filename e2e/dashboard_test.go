@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -285,4 +287,41 @@ func checkAgentMetrics(t *testing.T, url string) {
 	has("einsora_agent_workloads", 1, "driver", "sim", "state", "running")
 	has("einsora_agent_apply_pass_seconds", 1)
 	has("einsora_agent_inventory_probe_seconds", 1)
+}
+
+// Solo serves the dashboard too, and `einsora-hub dashboard` signs in to it
+// once with the link it prints.
+func TestSoloDashboardSignInLink(t *testing.T) {
+	s := startSolo(t, t.TempDir())
+	out, err := s.hub("dashboard", "--no-open")
+	link := strings.TrimSpace(out)
+	if err != nil {
+		t.Fatalf("einsora-hub dashboard: %v", err)
+	}
+	if !strings.HasPrefix(link, s.url+"/ui/login/link?code=") {
+		t.Fatalf("einsora-hub dashboard printed %q", link)
+	}
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	get := func(u string) (int, string) {
+		t.Helper()
+		resp, err := c.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get(link); code != http.StatusOK || !strings.Contains(body, "Sign out") || !strings.Contains(body, "data-machine=") {
+		t.Fatalf("the sign-in link: %d, want the machines page with solo's machine", code)
+	}
+	resp, err := http.Get(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the sign-in link's second use: %s, want 401", resp.Status)
+	}
 }
