@@ -18,3 +18,10 @@ func (h *Hub) MachinesAfter(ctx context.Context, after string, limit int) ([]Mac
 	}
 	return out, err
 }
+
+// EnrollTokens returns the newest limit enrolment tokens, newest first.
+// Only their hashes are stored: none can be shown again.
+func (h *Hub) EnrollTokens(ctx context.Context, limit int) (ts []store.Token, err error) {
+	err = h.store.View(ctx, func(tx store.Tx) error { ts, err = tx.Tokens(limit); return err })
+	return ts, err
+}

@@ -78,6 +78,8 @@ type Tx interface {
 
 	// CreateToken stores an enrolment token by its hash.
 	CreateToken(t Token) error
+	// Tokens returns the newest limit tokens, newest first.
+	Tokens(limit int) ([]Token, error)
 	// UseToken marks the token with this hash used and returns it. It
 	// returns ErrNotFound for an unknown hash and ErrUsed for a token used
 	// before; expiry is the caller's to check.

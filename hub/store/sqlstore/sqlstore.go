@@ -584,6 +584,28 @@ func (t *tx) CreateToken(tk store.Token) error {
 	return err
 }
 
+func (t *tx) Tokens(limit int) ([]store.Token, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := t.query(`SELECT hash, owner, region, created, expires, used FROM tokens ORDER BY created DESC, hash`+t.s.d.Collate+` LIMIT ?`, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Token
+	for rows.Next() {
+		var tk store.Token
+		var created, expires, used int64
+		if err := rows.Scan(&tk.Hash, &tk.Owner, &tk.Region, &created, &expires, &used); err != nil {
+			return nil, err
+		}
+		tk.Created, tk.Expires, tk.Used = fromTS(created), fromTS(expires), fromTS(used)
+		out = append(out, tk)
+	}
+	return out, t.seen(rows.Err())
+}
+
 func (t *tx) UseToken(hash string, at time.Time) (store.Token, error) {
 	var tk store.Token
 	var created, expires, used int64

@@ -5,6 +5,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -238,6 +239,23 @@ func testTokens(t *testing.T, s store.Store) {
 	err = s.Update(context.Background(), func(tx store.Tx) error { _, err := tx.UseToken("nope", at); return err })
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("unknown token: got %v, want ErrNotFound", err)
+	}
+	update(t, s, func(tx store.Tx) error {
+		for i := range 3 {
+			if err := tx.CreateToken(store.Token{Hash: fmt.Sprintf("n%d", i), Owner: "acme", Region: "us", Created: at.Add(time.Duration(i+1) * time.Second), Expires: at.Add(time.Hour)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var list []store.Token
+	view(t, s, func(tx store.Tx) (err error) { list, err = tx.Tokens(3); return err })
+	if len(list) != 3 || list[0].Hash != "n2" || list[2].Hash != "n0" || list[0].Region != "us" || !list[0].Used.IsZero() {
+		t.Errorf("newest 3 tokens: %+v", list)
+	}
+	view(t, s, func(tx store.Tx) (err error) { list, err = tx.Tokens(10); return err })
+	if len(list) != 4 || list[3].Hash != "h1" || list[3].Used.IsZero() {
+		t.Errorf("all tokens, oldest (used) last: %+v", list)
 	}
 }
 
