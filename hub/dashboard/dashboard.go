@@ -47,6 +47,7 @@ type Hub interface {
 	Workload(ctx context.Context, id string) (store.Workload, error)
 	Timeline(ctx context.Context, id string) ([]store.TimelineEntry, error)
 	CreateEnrollToken(ctx context.Context, owner, region string, ttl time.Duration) (protocol.Token, time.Time, error)
+	EnrollTokens(ctx context.Context, limit int) ([]store.Token, error)
 	RevokeMachine(ctx context.Context, id string) error
 }
 

@@ -28,6 +28,7 @@ type fakeHub struct {
 	machines []hub.MachineView
 	wls      []store.Workload
 	revoked  []string
+	tokens   []store.Token
 }
 
 func (f *fakeHub) MachinesAfter(_ context.Context, after string, limit int) ([]hub.MachineView, error) {
@@ -69,10 +70,19 @@ func (f *fakeHub) Timeline(_ context.Context, id string) ([]store.TimelineEntry,
 	return []store.TimelineEntry{{Workload: id, Text: "created"}}, nil
 }
 
+func (f *fakeHub) EnrollTokens(_ context.Context, limit int) ([]store.Token, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tokens[:min(limit, len(f.tokens))], nil
+}
+
 func (f *fakeHub) CreateEnrollToken(_ context.Context, owner, region string, ttl time.Duration) (protocol.Token, time.Time, error) {
 	if owner == "" {
 		return protocol.Token{}, time.Time{}, fmt.Errorf("%w: owner is empty", hub.ErrInvalid)
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tokens = append([]store.Token{{Owner: owner, Region: region, Created: time.Now(), Expires: time.Now().Add(ttl)}}, f.tokens...)
 	return protocol.Token{Secret: [32]byte{1}}, time.Unix(0, 0).Add(ttl), nil
 }
 
@@ -241,12 +251,21 @@ func TestWorkloadsFilter(t *testing.T) {
 }
 
 func TestTokenPageShowsTheEnrolCommand(t *testing.T) {
-	srv, c := newTest(t, &fakeHub{})
+	now := time.Now()
+	srv, c := newTest(t, &fakeHub{tokens: []store.Token{
+		{Owner: "old", Region: "eu", Created: now.Add(-2 * time.Hour), Expires: now.Add(-time.Hour)},
+		{Owner: "done", Region: "eu", Created: now.Add(-2 * time.Hour), Expires: now.Add(time.Hour), Used: now.Add(-time.Hour)},
+	}})
 	csrf := signIn(t, srv, c)
 	code, body := post(t, c, srv.URL+Prefix+"tokens", url.Values{"csrf": {csrf}, "owner": {"acme"}, "region": {"eu"}, "ttl": {"1h"}})
 	want := "einsora-agent enroll --hub https://hub.example:8443 --token " + protocol.Token{Secret: [32]byte{1}}.String()
 	if code != http.StatusOK || !strings.Contains(body, want) {
 		t.Errorf("create token: %d; want the command %q in the page", code, want)
+	}
+	for _, want := range []string{`<span class="badge outstanding">outstanding</span>`, `<span class="badge used">used</span>`, `<span class="badge expired">expired</span>`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the tokens list lacks %s", want)
+		}
 	}
 	if code, body := post(t, c, srv.URL+Prefix+"tokens", url.Values{"csrf": {csrf}, "owner": {""}, "region": {"eu"}, "ttl": {"1h"}}); code != http.StatusBadRequest || !strings.Contains(body, "owner is empty") {
 		t.Errorf("token without owner: %d", code)

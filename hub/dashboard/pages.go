@@ -309,7 +309,36 @@ func (d *Dashboard) workload(w http.ResponseWriter, r *http.Request, s session) 
 		Data: workloadData{W: wl, Timeline: tl}})
 }
 
+// tokenRow is a token as the list shows it.
+type tokenRow struct {
+	Owner, Region            string
+	Created, Expires, UsedAt time.Time
+	// State is outstanding, used or expired.
+	State string
+}
+
+// shownTokens is how many of the newest tokens the page lists.
+const shownTokens = 50
+
+func (d *Dashboard) tokenRows(r *http.Request) ([]tokenRow, error) {
+	ts, err := d.cfg.Hub.EnrollTokens(r.Context(), shownTokens)
+	rows := make([]tokenRow, 0, len(ts))
+	now := d.clk.Now()
+	for _, t := range ts {
+		row := tokenRow{Owner: t.Owner, Region: t.Region, Created: t.Created, Expires: t.Expires, UsedAt: t.Used, State: "outstanding"}
+		switch {
+		case !t.Used.IsZero():
+			row.State = "used"
+		case !now.Before(t.Expires):
+			row.State = "expired"
+		}
+		rows = append(rows, row)
+	}
+	return rows, err
+}
+
 type tokensData struct {
+	List               []tokenRow
 	AgentURL           string
 	Owner, Region, TTL string
 	Token              string
@@ -318,8 +347,13 @@ type tokensData struct {
 }
 
 func (d *Dashboard) tokens(w http.ResponseWriter, r *http.Request, s session) {
+	list, err := d.tokenRows(r)
+	if err != nil {
+		d.fail(w, r, s, err)
+		return
+	}
 	d.render(w, r, http.StatusOK, "tokens", view{Title: "Tokens", Nav: "tokens", CSRF: s.csrf,
-		Data: tokensData{AgentURL: d.cfg.AgentURL, Region: "local", TTL: hub.DefaultTokenTTL.String()}})
+		Data: tokensData{List: list, AgentURL: d.cfg.AgentURL, Region: "local", TTL: hub.DefaultTokenTTL.String()}})
 }
 
 func (d *Dashboard) createToken(w http.ResponseWriter, r *http.Request, s session) {
@@ -341,5 +375,9 @@ func (d *Dashboard) createToken(w http.ResponseWriter, r *http.Request, s sessio
 	data.Token, data.Expires = tok.String(), exp
 	data.Command = "einsora-agent enroll --hub " + cmp.Or(d.cfg.AgentURL, "https://HUB:8443") + " --token " + data.Token
 	v.Notice = "Token created. It is shown once: copy the command now."
+	if data.List, err = d.tokenRows(r); err != nil {
+		d.fail(w, r, s, err)
+		return
+	}
 	d.render(w, r, http.StatusOK, "tokens", v)
 }
