@@ -25,3 +25,12 @@ func (h *Hub) EnrollTokens(ctx context.Context, limit int) (ts []store.Token, er
 	err = h.store.View(ctx, func(tx store.Tx) error { ts, err = tx.Tokens(limit); return err })
 	return ts, err
 }
+
+// MachineWorkloads returns the workloads placed on one machine.
+func (h *Hub) MachineWorkloads(ctx context.Context, machineID string) (ws []store.Workload, err error) {
+	err = h.store.View(ctx, func(tx store.Tx) error {
+		ws, err = tx.Workloads(store.WorkloadFilter{Machine: machineID})
+		return err
+	})
+	return ws, err
+}

@@ -44,6 +44,7 @@ type Hub interface {
 	MachinesAfter(ctx context.Context, after string, limit int) ([]hub.MachineView, error)
 	Machine(ctx context.Context, id string) (hub.MachineView, error)
 	Workloads(ctx context.Context) ([]store.Workload, error)
+	MachineWorkloads(ctx context.Context, machineID string) ([]store.Workload, error)
 	Workload(ctx context.Context, id string) (store.Workload, error)
 	Timeline(ctx context.Context, id string) ([]store.TimelineEntry, error)
 	CreateEnrollToken(ctx context.Context, owner, region string, ttl time.Duration) (protocol.Token, time.Time, error)

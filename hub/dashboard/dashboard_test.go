@@ -57,6 +57,18 @@ func (f *fakeHub) Workloads(context.Context) ([]store.Workload, error) {
 	return append([]store.Workload(nil), f.wls...), nil
 }
 
+func (f *fakeHub) MachineWorkloads(_ context.Context, id string) ([]store.Workload, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []store.Workload
+	for _, w := range f.wls {
+		if w.Machine == id {
+			out = append(out, w)
+		}
+	}
+	return out, nil
+}
+
 func (f *fakeHub) Workload(_ context.Context, id string) (store.Workload, error) {
 	for _, w := range f.wls {
 		if w.ID == id {
@@ -176,9 +188,13 @@ func TestSignInRefusesAWrongTokenAndSetsAStrictCookie(t *testing.T) {
 }
 
 func TestPostsNeedTheCSRFToken(t *testing.T) {
-	f := &fakeHub{machines: []hub.MachineView{{Machine: store.Machine{ID: "m1", Owner: "acme", Region: "eu"}}}}
+	f := &fakeHub{machines: []hub.MachineView{{Machine: store.Machine{ID: "m1", Owner: "acme", Region: "eu"}}},
+		wls: []store.Workload{{ID: "w-here", Machine: "m1"}, {ID: "w-elsewhere", Machine: "m2"}}}
 	srv, c := newTest(t, f)
 	csrf := signIn(t, srv, c)
+	if _, body := get(t, c, srv.URL+Prefix+"machines/m1"); !strings.Contains(body, `data-workload="w-here"`) || strings.Contains(body, "w-elsewhere") {
+		t.Error("the machine page does not list exactly its workloads")
+	}
 	if code, _ := post(t, c, srv.URL+Prefix+"machines/m1/revoke", url.Values{"confirm": {"m1"}}); code != http.StatusForbidden {
 		t.Errorf("revoke without CSRF: %d, want 403", code)
 	}

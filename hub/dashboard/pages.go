@@ -217,12 +217,11 @@ func (d *Dashboard) machine(w http.ResponseWriter, r *http.Request, s session) {
 		d.fail(w, r, s, err)
 		return
 	}
-	ws, err := d.cfg.Hub.Workloads(r.Context())
+	ws, err := d.cfg.Hub.MachineWorkloads(r.Context(), m.ID)
 	if err != nil {
 		d.fail(w, r, s, err)
 		return
 	}
-	ws = slices.DeleteFunc(ws, func(wl store.Workload) bool { return wl.Machine != m.ID })
 	d.render(w, r, http.StatusOK, "machine", view{Title: "Machine " + cmp.Or(m.Name, m.ID), Nav: "machines", CSRF: s.csrf,
 		Data: machineData{M: d.row(m), V: m, Workloads: ws, Events: events(m)}})
 }
