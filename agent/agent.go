@@ -59,6 +59,8 @@ type Config struct {
 	// logs.DefaultMaxBytes (10 MiB).
 	LogDir      string
 	LogMaxBytes int64
+	// OnApplyPass, if set, is told each apply pass's duration (metrics).
+	OnApplyPass func(time.Duration)
 }
 
 // Defaults.

@@ -119,7 +119,11 @@ func (a *Agent) decide(w want, o observed) action {
 
 func (a *Agent) applyLoop(ctx context.Context) {
 	for {
+		start := a.clk.Now()
 		acted := a.applyPass(ctx)
+		if a.cfg.OnApplyPass != nil {
+			a.cfg.OnApplyPass(a.clk.Now().Sub(start))
+		}
 		a.lastPass.Store(time.Now().UnixNano())
 		wait := a.cfg.ApplyInterval
 		if acted {

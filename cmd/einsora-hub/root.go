@@ -30,7 +30,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(soloCmd(), serveCmd(), versionCmd())
 	root.AddCommand(vzhost.Command())
 	g := &globals{}
-	for _, c := range []*cobra.Command{tenantCmd(g), tokenCmd(g), classCmd(g), machineCmd(g), workloadCmd(g)} {
+	for _, c := range []*cobra.Command{tenantCmd(g), tokenCmd(g), classCmd(g), machineCmd(g), workloadCmd(g), dashboardCmd(g)} {
 		c.PersistentFlags().StringVar(&g.hub, "hub", envOr("EINSORA_HUB", "http://127.0.0.1:7480"), "admin API of the hub (env EINSORA_HUB)")
 		c.PersistentFlags().StringVar(&g.data, "data", cli.DefaultHubDataDir(), "the hub's data directory, which holds the admin token")
 		root.AddCommand(c)

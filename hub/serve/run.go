@@ -17,7 +17,9 @@ import (
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/ca"
+	"einsora.dev/edge/hub/dashboard"
 	"einsora.dev/edge/hub/httpapi"
+	"einsora.dev/edge/hub/metrics"
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/hub/store/postgres"
 	"einsora.dev/edge/hub/store/sqlite"
@@ -46,6 +48,8 @@ type Options struct {
 	Limits Limits
 	// Ready, if set, is called once both APIs listen.
 	Ready func(adminURL, agentURL string)
+	// Version is the hub's, for the dashboard and build info.
+	Version string
 }
 
 // Run runs a networked hub until ctx is done, then drains: waiting agents
@@ -83,12 +87,15 @@ func Run(ctx context.Context, opts Options) error {
 		return errorf("%w", err)
 	}
 	defer st.Close()
+	m := metrics.New(metrics.Options{Region: cmp.Or(opts.Region, "local"), Version: opts.Version})
 	hcfg := opts.Hub
-	hcfg.Store, hcfg.CA, hcfg.Region, hcfg.Logger, hcfg.Clock = st, authority, opts.Region, log, clk
+	hcfg.Store, hcfg.CA, hcfg.Region, hcfg.Logger, hcfg.Clock = timeStore(st, m, clk), authority, opts.Region, log, clk
 	h, err := hub.New(ctx, hcfg)
 	if err != nil {
 		return errorf("%w", err)
 	}
+	m.Watch(h)
+	health := &Health{Store: st, Leader: h, Lease: "controller:" + cmp.Or(opts.Region, "local"), Clock: clk}
 
 	adminLn, err := net.Listen("tcp", opts.AdminAddr)
 	if err != nil {
@@ -111,12 +118,15 @@ func Run(ctx context.Context, opts Options) error {
 	srv := NewServer(Config{
 		Hub: h, CA: authority, Certificate: cert, Clock: clk, Logger: log,
 		PollTimeout: opts.Hub.PollTimeout, DrainTo: opts.DrainTo, Limits: opts.Limits,
+		Metrics: m, Readyz: health.Readyz,
 	})
-	admin := &http.Server{Handler: httpapi.New(h, clk, log).AdminHandler(token), ReadHeaderTimeout: 10 * time.Second}
 	adminURL := "http://" + adminLn.Addr().String()
 	agentsURL := agentURL(agentLn, names)
+	dash := dashboard.New(dashboard.Config{Hub: revokeCounter{Hub: h, m: m}, AdminToken: token, AgentURL: agentsURL,
+		Version: opts.Version, Clock: clk, Logger: log})
+	admin := &http.Server{Handler: adminMux(countRevocations(m, httpapi.New(h, clk, log).AdminHandler(token)), dash, m.Handler(), health), ReadHeaderTimeout: 10 * time.Second}
 	fp := authority.Fingerprint()
-	log.Info("hub serving", "admin", adminURL, "agents", agentsURL, "region", cmp.Or(opts.Region, "local"), "data", opts.DataDir,
+	log.Info("hub serving", "admin", adminURL, "dashboard", adminURL+dashboard.Prefix, "agents", agentsURL, "region", cmp.Or(opts.Region, "local"), "data", opts.DataDir,
 		"ca_fingerprint", strings.ToLower(encodeFP(fp[:])), "names", names)
 	if opts.Ready != nil {
 		opts.Ready(adminURL, agentsURL)

@@ -24,6 +24,7 @@ import (
 	"einsora.dev/edge/hub/adminapi"
 	"einsora.dev/edge/hub/ca"
 	"einsora.dev/edge/hub/httpapi"
+	"einsora.dev/edge/hub/metrics"
 	"einsora.dev/edge/protocol"
 )
 
@@ -59,6 +60,11 @@ type Config struct {
 	// this address, once it is up again.
 	DrainTo string
 	Limits  Limits
+	// Metrics, if set, counts syncs, enrolments, renewals and handshakes.
+	Metrics *metrics.Hub
+	// Readyz, if set, answers /readyz without a client certificate, for
+	// load balancers.
+	Readyz http.HandlerFunc
 }
 
 // Server serves the agents' API. Create it with NewServer, run it with
@@ -75,6 +81,7 @@ type Server struct {
 	// drainTo is immutable.
 	drainTo string
 
+	metrics    *metrics.Hub
 	machines   *buckets
 	enrollers  *buckets
 	handshakes atomic.Int64
@@ -102,7 +109,7 @@ func NewServer(cfg Config) *Server {
 	lim := cfg.Limits.withDefaults(runtime.GOMAXPROCS(0))
 	s := &Server{
 		hub: cfg.Hub, ca: cfg.CA, clk: cfg.Clock, log: cfg.Logger.With("component", "agent-api"),
-		limits: lim, drainTo: cfg.DrainTo,
+		limits: lim, drainTo: cfg.DrainTo, metrics: cfg.Metrics,
 		machines:  newBuckets(cfg.Clock, lim.Rate, lim.Burst),
 		enrollers: newBuckets(cfg.Clock, lim.EnrollRate, lim.EnrollBurst),
 		polls:     make(map[*pollEntry]struct{}),
@@ -119,9 +126,12 @@ func NewServer(cfg Config) *Server {
 	}
 	mux := http.NewServeMux()
 	identify := s.api.IdentifyClientCert
-	mux.Handle(protocol.SyncPath, s.limitMachine(s.drainable(s.api.SyncHandler(identify))))
-	mux.Handle(protocol.RenewPath, s.limitMachine(s.api.RenewHandler(identify)))
-	mux.Handle(protocol.EnrollPath, s.limitEnroll(s.api.EnrollHandler()))
+	mux.Handle(protocol.SyncPath, counted(s.metrics.SyncResult, s.limitMachine(s.drainable(s.api.SyncHandler(identify)))))
+	mux.Handle(protocol.RenewPath, counted(s.metrics.Renewal, s.limitMachine(s.api.RenewHandler(identify))))
+	mux.Handle(protocol.EnrollPath, counted(s.metrics.Enrolment, s.limitEnroll(s.api.EnrollHandler())))
+	if cfg.Readyz != nil {
+		mux.HandleFunc("GET /readyz", cfg.Readyz)
+	}
 	s.srv = &http.Server{
 		Handler:           s.shed(mux),
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,
@@ -174,7 +184,9 @@ func (s *Server) configForClient(hello *tls.ClientHelloInfo) (*tls.Config, error
 	if !ok {
 		return s.base, nil
 	}
+	s.metrics.TLSHandshake()
 	if !c.begin(s.limits.MaxHandshakes) {
+		s.metrics.TLSRefused(metrics.CauseShed)
 		return nil, errors.New("too many handshakes in flight; shedding load")
 	}
 	cfg := s.base.Clone()
@@ -183,6 +195,7 @@ func (s *Server) configForClient(hello *tls.ClientHelloInfo) (*tls.Config, error
 		err := s.verifyConnection(cs)
 		if err != nil {
 			c.refused.Store(true)
+			s.metrics.TLSRefused(metrics.CauseCertificate)
 		}
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"einsora.dev/edge/agent"
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub"
+	"einsora.dev/edge/hub/dashboard"
 	"einsora.dev/edge/hub/httpapi"
 	"einsora.dev/edge/hub/store/sqlite"
 	"einsora.dev/edge/hubclient"
@@ -136,9 +137,14 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("solo: admin API: %w (is another hub running? pick another with --admin)", err)
 	}
-	srv := &http.Server{Handler: httpapi.New(h, clk, log).AdminHandler(token), ReadHeaderTimeout: 10 * time.Second}
+	// The dashboard too; solo has no agents' API, so its tokens page has
+	// no address to show.
+	mux := http.NewServeMux()
+	mux.Handle(dashboard.Prefix, dashboard.New(dashboard.Config{Hub: h, AdminToken: token, Version: opts.Version, Clock: clk, Logger: log}))
+	mux.Handle("/", httpapi.New(h, clk, log).AdminHandler(token))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	adminURL := "http://" + ln.Addr().String()
-	log.Info("solo hub running", "admin", adminURL, "data", opts.DataDir, "machine", machineID, "drivers", host.Names())
+	log.Info("solo hub running", "admin", adminURL, "dashboard", adminURL+dashboard.Prefix, "data", opts.DataDir, "machine", machineID, "drivers", host.Names())
 	if opts.Ready != nil {
 		opts.Ready(adminURL)
 	}
