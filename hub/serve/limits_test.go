@@ -3,12 +3,14 @@ package serve
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,26 +73,46 @@ func testServer(t *testing.T, lim Limits) *Server {
 	return NewServer(Config{Hub: h, CA: authority, Certificate: cert, Logger: log, Limits: lim})
 }
 
-// Past MaxActive busy requests the hub answers 503 with a jittered
-// Retry-After; waiting polls do not count.
+// Past MaxActive busy requests of machines, or MaxAnonActive of callers
+// without a certificate, the hub answers 503 with a jittered Retry-After;
+// each kind has its own budget, and waiting polls do not count.
 func TestShedsLoadWith503(t *testing.T) {
-	s := testServer(t, Limits{MaxActive: 2, RetryAfter: time.Second})
+	s := testServer(t, Limits{MaxActive: 2, MaxAnonActive: 3, RetryAfter: time.Second})
 	h := s.srv.Handler
-	s.inflight.Store(2)
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/agent/v1/sync", nil))
-	if w.Code != http.StatusServiceUnavailable {
-		t.Fatalf("got %d, want 503", w.Code)
+	machine := func() *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/agent/v1/sync", nil)
+		r.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{{}}}}
+		return r
 	}
-	ra, err := strconv.Atoi(w.Header().Get("Retry-After"))
-	if err != nil || ra < 1 || ra > 5 {
-		t.Errorf("Retry-After %q, want 1 to 5 seconds", w.Header().Get("Retry-After"))
-	}
-	s.inflight.Store(0)
-	w = httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/agent/v1/sync", nil))
-	if w.Code != http.StatusUnauthorized {
-		t.Errorf("under the limit: got %d, want 401 (no certificate)", w.Code)
+	anon := func() *http.Request { return httptest.NewRequest(http.MethodPost, "/agent/v1/sync", nil) }
+	for _, tc := range []struct {
+		name            string
+		req             func() *http.Request
+		budget, another *atomic.Int64
+		limit           int64
+	}{
+		{"machine", machine, &s.inflight, &s.anonymous, 2},
+		{"anonymous", anon, &s.anonymous, &s.inflight, 3},
+	} {
+		// Another kind's full budget does not hold this one back.
+		tc.another.Store(100)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, tc.req())
+		if w.Code == http.StatusServiceUnavailable {
+			t.Errorf("%s: 503 while only another kind's budget is full", tc.name)
+		}
+		tc.another.Store(0)
+		tc.budget.Store(tc.limit)
+		w = httptest.NewRecorder()
+		h.ServeHTTP(w, tc.req())
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("%s: got %d, want 503", tc.name, w.Code)
+		}
+		ra, err := strconv.Atoi(w.Header().Get("Retry-After"))
+		if err != nil || ra < 1 || ra > 5 {
+			t.Errorf("%s: Retry-After %q, want 1 to 5 seconds", tc.name, w.Header().Get("Retry-After"))
+		}
+		tc.budget.Store(0)
 	}
 }
 

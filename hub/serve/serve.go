@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"runtime"
@@ -75,8 +74,11 @@ type Server struct {
 
 	machines   *buckets
 	enrollers  *buckets
+	untrusted  *sources
 	handshakes atomic.Int64
 	inflight   atomic.Int64
+	anonymous  atomic.Int64
+	refused    atomic.Int64
 
 	// mu guards the following fields.
 	mu       sync.Mutex
@@ -103,6 +105,7 @@ func NewServer(cfg Config) *Server {
 		limits: lim, drainTo: cfg.DrainTo,
 		machines:  newBuckets(cfg.Clock, lim.Rate, lim.Burst),
 		enrollers: newBuckets(cfg.Clock, lim.EnrollRate, lim.EnrollBurst),
+		untrusted: newSources(lim.MaxUntrustedPerSource, lim.MaxUntrusted),
 		polls:     make(map[*pollEntry]struct{}),
 	}
 	s.base = &tls.Config{
@@ -118,7 +121,7 @@ func NewServer(cfg Config) *Server {
 	identify := cfg.Hub.IdentifyClientCert
 	mux.Handle(protocol.SyncPath, s.limitMachine(s.drainable(cfg.Hub.SyncHandler(identify))))
 	mux.Handle(protocol.RenewPath, s.limitMachine(cfg.Hub.RenewHandler(identify)))
-	mux.Handle(protocol.EnrollPath, s.limitEnroll(cfg.Hub.EnrollHandler()))
+	mux.Handle(protocol.EnrollPath, cfg.Hub.EnrollHandler())
 	s.srv = &http.Server{
 		Handler:           s.shed(mux),
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,
@@ -157,7 +160,10 @@ func Listen(ctx context.Context, addr string) (net.Listener, error) {
 
 // Serve serves agents on ln until Drain or Close; then it returns nil.
 func (s *Server) Serve(ln net.Listener) error {
-	err := s.srv.ServeTLS(&countingListener{Listener: ln, handshakes: &s.handshakes}, "", "")
+	err := s.srv.ServeTLS(&countingListener{
+		Listener: ln, handshakes: &s.handshakes, untrusted: s.untrusted,
+		timeout: s.limits.HandshakeTimeout, refused: &s.refused,
+	}, "", "")
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -180,8 +186,10 @@ func (s *Server) configForClient(hello *tls.ClientHelloInfo) (*tls.Config, error
 		err := s.verifyConnection(cs)
 		if err != nil {
 			c.refused.Store(true)
+			return err
 		}
-		return err
+		c.vouched(len(cs.PeerCertificates) > 0)
+		return nil
 	}
 	return cfg, nil
 }
@@ -212,20 +220,44 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	json.NewEncoder(w).Encode(adminapi.Error{Error: msg})
 }
 
-// shed answers 503 with Retry-After when more requests are busy than
-// MaxActive; waiting long polls do not count.
+// shed keeps each kind of caller to its own budget of requests in flight:
+// enrolled machines (a verified client certificate) to MaxActive, not
+// counting waiting long polls; unauthenticated callers to MaxAnonActive,
+// each source to its token bucket, and each body to a deadline for its
+// size. Past a budget, 503 with a jittered Retry-After.
 func (s *Server) shed(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := s.inflight.Add(1)
-		defer s.inflight.Add(-1)
-		if n-int64(s.hub.WaitingPolls()) > int64(s.limits.MaxActive) {
-			ra := s.limits.RetryAfter + rand.N(s.limits.RetryAfter*4+1)
-			retryAfterHeader(w, ra)
-			writeError(w, http.StatusServiceUnavailable, "the hub is busy; the agent retries after Retry-After")
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+			n := s.inflight.Add(1)
+			defer s.inflight.Add(-1)
+			if n-int64(s.hub.WaitingPolls()) > int64(s.limits.MaxActive) {
+				s.busy(w)
+				return
+			}
+			next.ServeHTTP(w, r)
 			return
 		}
+		if ok, wait := s.enrollers.take(sourceKey(r.RemoteAddr)); !ok {
+			retryAfterHeader(w, wait)
+			writeError(w, http.StatusTooManyRequests, "too many requests from this address; try again after Retry-After")
+			return
+		}
+		n := s.anonymous.Add(1)
+		defer s.anonymous.Add(-1)
+		if n > int64(s.limits.MaxAnonActive) {
+			s.busy(w)
+			return
+		}
+		// The server's ReadTimeout is for agents' long bodies; a peer
+		// without a certificate gets only what its declared size needs.
+		http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.limits.bodyTimeout(r.ContentLength)))
 		next.ServeHTTP(w, r)
 	})
+}
+
+func (s *Server) busy(w http.ResponseWriter) {
+	retryAfterHeader(w, jittered(s.limits.RetryAfter))
+	writeError(w, http.StatusServiceUnavailable, "the hub is busy; try again after Retry-After")
 }
 
 // limitMachine holds each machine to its token bucket.
@@ -240,22 +272,6 @@ func (s *Server) limitMachine(next http.Handler) http.Handler {
 			}
 		}
 		next.ServeHTTP(w, r) // which answers 401 without a certificate
-	})
-}
-
-// limitEnroll holds each remote address to its token bucket.
-func (s *Server) limitEnroll(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host, _, err := net.SplitHostPort(r.RemoteAddr)
-		if err != nil {
-			host = r.RemoteAddr
-		}
-		if ok, wait := s.enrollers.take(host); !ok {
-			retryAfterHeader(w, wait)
-			writeError(w, http.StatusTooManyRequests, "too many enrolments from this address; try again after Retry-After")
-			return
-		}
-		next.ServeHTTP(w, r)
 	})
 }
 
@@ -344,12 +360,20 @@ func (s *Server) Close() error { return s.srv.Close() }
 // Stats are the server's gauges, for tests and operators.
 type Stats struct {
 	Handshakes int64 // TLS handshakes in flight
-	Requests   int64 // requests in flight, waiting polls included
+	Requests   int64 // machines' requests in flight, waiting polls included
+	Anonymous  int64 // unauthenticated requests in flight
+	Untrusted  int64 // connections no certificate vouches for yet
+	Sources    int   // sources holding untrusted connections
+	Refused    int64 // connections closed at accept, since the start
 }
 
 // Stats returns the gauges now.
 func (s *Server) Stats() Stats {
-	return Stats{Handshakes: s.handshakes.Load(), Requests: s.inflight.Load()}
+	n, held := s.untrusted.len()
+	return Stats{
+		Handshakes: s.handshakes.Load(), Requests: s.inflight.Load(), Anonymous: s.anonymous.Load(),
+		Untrusted: int64(held), Sources: n, Refused: s.refused.Load(),
+	}
 }
 
 // DefaultNames are the names the server certificate holds besides the
