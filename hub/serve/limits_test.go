@@ -176,3 +176,66 @@ func TestCertNames(t *testing.T) {
 		t.Errorf("agent URL %s", got)
 	}
 }
+
+// Per-source bounds key on the address for IPv4 and on the /64 for IPv6,
+// so one party holding a /64 counts once.
+func TestSourceKey(t *testing.T) {
+	for _, tc := range []struct{ addr, want string }{
+		{"192.0.2.7:443", "192.0.2.7"},
+		{"[::ffff:192.0.2.7]:443", "192.0.2.7"},
+		{"[2001:db8:1:2:aaaa::1]:5000", "2001:db8:1:2::/64"},
+		{"[2001:db8:1:2:ffff:ffff:ffff:ffff]:1", "2001:db8:1:2::/64"},
+		{"[2001:db8:1:3::1]:1", "2001:db8:1:3::/64"},
+		{"[fe80::1%eth0]:1", "fe80::/64"},
+		{"not an address", "not an address"},
+	} {
+		if got := sourceKey(tc.addr); got != tc.want {
+			t.Errorf("sourceKey(%q) = %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+}
+
+// The table of sources never holds more than its total, however many
+// sources try, and each source is held to its share.
+func TestSourcesTableIsBounded(t *testing.T) {
+	s := newSources(2, 5)
+	took := 0
+	for i := range 1000 {
+		if s.acquire(strconv.Itoa(i % 500)) {
+			took++
+		}
+	}
+	if n, held := s.len(); took != 5 || n > 5 || held != 5 {
+		t.Fatalf("took %d, table of %d entries holding %d; want 5 of at most 5", took, n, held)
+	}
+	s = newSources(2, 100)
+	for range 3 {
+		s.acquire("a")
+	}
+	if _, held := s.len(); held != 2 {
+		t.Errorf("one source holds %d, want its share of 2", held)
+	}
+	s.release("a")
+	s.release("a")
+	if n, held := s.len(); n != 0 || held != 0 {
+		t.Errorf("after release: %d entries holding %d, want none", n, held)
+	}
+}
+
+// An unauthenticated body's deadline grows with its declared size, from a
+// floor to a cap.
+func TestBodyTimeout(t *testing.T) {
+	l := Limits{}.withDefaults(1)
+	if got := l.bodyTimeout(0); got != DefaultBodyTimeoutMin {
+		t.Errorf("empty body: %s", got)
+	}
+	if got := l.bodyTimeout(16 << 10); got != DefaultBodyTimeoutMin+2*time.Second {
+		t.Errorf("16 KiB: %s, want the floor plus 2 s at 8 KiB/s", got)
+	}
+	if got := l.bodyTimeout(1 << 30); got != DefaultBodyTimeoutMax {
+		t.Errorf("1 GiB: %s, want the cap", got)
+	}
+	if got := l.bodyTimeout(-1); got != DefaultBodyTimeoutMax {
+		t.Errorf("unknown length: %s, want the cap", got)
+	}
+}
