@@ -231,7 +231,7 @@ func (s *Server) shed(next http.Handler) http.Handler {
 			n := s.inflight.Add(1)
 			defer s.inflight.Add(-1)
 			if n-int64(s.hub.WaitingPolls()) > int64(s.limits.MaxActive) {
-				s.busy(w)
+				s.busy(w, r)
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -242,20 +242,25 @@ func (s *Server) shed(next http.Handler) http.Handler {
 			writeError(w, http.StatusTooManyRequests, "too many requests from this address; try again after Retry-After")
 			return
 		}
-		n := s.anonymous.Add(1)
-		defer s.anonymous.Add(-1)
-		if n > int64(s.limits.MaxAnonActive) {
-			s.busy(w)
-			return
-		}
 		// The server's ReadTimeout is for agents' long bodies; a peer
 		// without a certificate gets only what its declared size needs.
 		http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.limits.bodyTimeout(r.ContentLength)))
+		n := s.anonymous.Add(1)
+		defer s.anonymous.Add(-1)
+		if n > int64(s.limits.MaxAnonActive) {
+			s.busy(w, r)
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-func (s *Server) busy(w http.ResponseWriter) {
+func (s *Server) busy(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 && r.ContentLength != 0 {
+		// Otherwise HTTP/1.1 reads the unread body before it answers,
+		// and a trickled body would hold the answer back.
+		w.Header().Set("Connection", "close")
+	}
 	retryAfterHeader(w, jittered(s.limits.RetryAfter))
 	writeError(w, http.StatusServiceUnavailable, "the hub is busy; try again after Retry-After")
 }

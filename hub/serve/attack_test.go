@@ -1,0 +1,191 @@
+package serve_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"einsora.dev/edge/hub/serve"
+	"einsora.dev/edge/hubclient"
+	"einsora.dev/edge/protocol"
+)
+
+// The attacks run from other loopback addresses than the agents' own
+// 127.0.0.1, so per-source bounds tell them apart; all of it goes to
+// 127.0.0.1.
+func attackerDialer(t *testing.T, i int) *net.Dialer {
+	t.Helper()
+	ip := net.IPv4(127, 0, 0, byte(2+i%200))
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}, Timeout: 5 * time.Second}
+	ln, err := net.Listen("tcp", ip.String()+":0")
+	if err != nil {
+		t.Skipf("this system cannot use %s as a source address: %v", ip, err)
+	}
+	ln.Close()
+	return d
+}
+
+// legit runs a machine's syncs back to back (each answered at once) until
+// stop is closed, at most n of them, and records each one's latency.
+type legit struct {
+	mu        sync.Mutex
+	latencies []time.Duration
+	errs      []error
+}
+
+func (l *legit) run(tr *hubclient.HTTPS, n int, stop <-chan struct{}) {
+	req := &protocol.SyncRequest{ProtocolVersion: protocol.Version}
+	for range n {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		start := time.Now()
+		_, err := tr.Sync(ctx, req)
+		cancel()
+		l.mu.Lock()
+		if err != nil {
+			l.errs = append(l.errs, err)
+		} else {
+			l.latencies = append(l.latencies, time.Since(start))
+		}
+		l.mu.Unlock()
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// check says whether every sync succeeded with p99 under a second.
+func (l *legit) check(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.errs) > 0 {
+		t.Errorf("%d of %d legitimate syncs failed; first: %v", len(l.errs), len(l.errs)+len(l.latencies), l.errs[0])
+	}
+	if len(l.latencies) < 10 {
+		t.Fatalf("only %d legitimate syncs succeeded", len(l.latencies))
+	}
+	lat := slices.Clone(l.latencies)
+	slices.Sort(lat)
+	if p99 := lat[len(lat)*99/100]; p99 >= time.Second {
+		t.Errorf("legitimate syncs' p99 %s, want under 1 s", p99)
+	}
+}
+
+// slowEnrol opens a connection without a certificate and posts an
+// enrolment whose 16 KiB body trickles in a byte at a time. It returns the
+// status the hub answered (0 if it cut the connection) once the hub ends
+// the request or 20 s pass.
+func slowEnrol(e *env, d *net.Dialer, gap time.Duration) (int, error) {
+	raw, err := d.Dial("tcp", e.addr)
+	if err != nil {
+		return 0, err
+	}
+	c := tls.Client(raw, &tls.Config{RootCAs: e.ca.Pool(), ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}})
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: hub\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", protocol.EnrollPath, 16<<10); err != nil {
+		return 0, err
+	}
+	status := make(chan int, 1)
+	go func() {
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			status <- 0
+			return
+		}
+		resp.Body.Close()
+		status <- resp.StatusCode
+	}()
+	for range 16 << 10 {
+		select {
+		case s := <-status:
+			return s, nil
+		case <-time.After(gap):
+		}
+		if _, err := c.Write([]byte{' '}); err != nil {
+			return <-status, nil
+		}
+	}
+	return <-status, nil
+}
+
+// Slow enrolment bodies fill the unauthenticated budget, and only it:
+// enrolled machines' syncs keep succeeding while they trickle, and the
+// trickling requests are cut at their body deadline.
+func TestSlowEnrolmentBodiesDoNotStarveMachines(t *testing.T) {
+	lim := slowBodyLimits()
+	e := startEnv(t, envOptions{pollTimeout: 5 * time.Second, limits: lim})
+	var trs []*hubclient.HTTPS
+	for range 3 {
+		_, nw := e.enroll()
+		trs = append(trs, nw.Transport())
+	}
+	// Each attacker comes back as soon as it is shed or cut, until the
+	// legitimate syncs are done.
+	const attackers = 60
+	stopAttack := make(chan struct{})
+	var shed, cut, answered atomic.Int64
+	var attack sync.WaitGroup
+	for i := range attackers {
+		d := attackerDialer(t, i%6)
+		attack.Go(func() {
+			for range 100 {
+				select {
+				case <-stopAttack:
+					return
+				default:
+				}
+				status, err := slowEnrol(e, d, 300*time.Millisecond)
+				switch {
+				case err != nil:
+				case status == http.StatusServiceUnavailable:
+					shed.Add(1)
+				case status == 0:
+					cut.Add(1)
+				default:
+					answered.Add(1)
+				}
+			}
+		})
+	}
+	waitFor(t, 10*time.Second, "the attack to fill the unauthenticated budget", func() bool {
+		return e.srv.Stats().Anonymous >= int64(lim.MaxAnonActive)
+	})
+	var l legit
+	stop := make(chan struct{})
+	var syncs sync.WaitGroup
+	for _, tr := range trs {
+		syncs.Go(func() { l.run(tr, 200, stop) })
+	}
+	time.Sleep(2 * time.Second)
+	close(stop)
+	syncs.Wait()
+	close(stopAttack)
+	attack.Wait()
+	l.check(t)
+	if shed.Load() == 0 {
+		t.Error("no enrolment was shed with 503: the attack never filled its budget")
+	}
+	if cut.Load()+answered.Load() == 0 {
+		t.Error("no trickling enrolment was cut at its body deadline")
+	}
+	t.Logf("attack: %d shed with 503, %d cut or answered at the body deadline", shed.Load(), cut.Load()+answered.Load())
+}
+
+func slowBodyLimits() serve.Limits {
+	return serve.Limits{
+		MaxActive: 4, MaxAnonActive: 4, Rate: 1000, Burst: 1000, EnrollRate: 1000, EnrollBurst: 1000,
+		BodyTimeoutMin: 500 * time.Millisecond, BodyRate: 16 << 10, BodyTimeoutMax: 2 * time.Second,
+	}
+}
