@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -194,4 +195,117 @@ func slowBodyLimits() serve.Limits {
 		MaxActive: 4, MaxAnonActive: 4, Rate: 1000, Burst: 1000, EnrollRate: 1000, EnrollBurst: 1000,
 		BodyTimeoutMin: 500 * time.Millisecond, BodyRate: 16 << 10, BodyTimeoutMax: 2 * time.Second,
 	}
+}
+
+// clientHello returns the bytes of a TLS 1.3 ClientHello for the hub.
+func clientHello(t *testing.T, e *env) []byte {
+	t.Helper()
+	rc := &recordConn{}
+	tls.Client(rc, &tls.Config{RootCAs: e.ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}).Handshake()
+	if len(rc.written) == 0 {
+		t.Fatal("no ClientHello written")
+	}
+	return rc.written
+}
+
+// recordConn keeps what is written to it and fails every read.
+type recordConn struct {
+	net.Conn
+	written []byte
+}
+
+func (r *recordConn) Write(b []byte) (int, error) { r.written = append(r.written, b...); return len(b), nil }
+func (r *recordConn) Read([]byte) (int, error)    { return 0, errors.New("recording only") }
+func (r *recordConn) Close() error                { return nil }
+
+// silent opens a connection from d that sends hello (or nothing) and then
+// waits for the hub to close it, at most 20 s; it says whether the hub
+// closed it.
+func silent(e *env, d *net.Dialer, hello []byte, opened chan<- struct{}) (closedByHub bool, err error) {
+	c, err := d.Dial("tcp", e.addr)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	if _, err := c.Write(hello); err != nil {
+		return false, err
+	}
+	opened <- struct{}{}
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, err = io.Copy(io.Discard, c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false, nil
+	}
+	return true, nil
+}
+
+// Connections that send a ClientHello and then nothing, or nothing at all,
+// hold their slots only until the handshake deadline, and only their
+// source's share of them: agents' handshakes keep succeeding meanwhile.
+func TestSilentHandshakesDoNotLockOutAgents(t *testing.T) {
+	lim := serve.Limits{
+		MaxHandshakes: 4, MaxUntrustedPerSource: 3, MaxUntrusted: 64,
+		HandshakeTimeout: 500 * time.Millisecond, Rate: 1000, Burst: 1000,
+	}
+	e := startEnv(t, envOptions{pollTimeout: 5 * time.Second, limits: lim})
+	var trs []*hubclient.HTTPS
+	for range 2 {
+		_, nw := e.enroll()
+		trs = append(trs, nw.Transport())
+	}
+	hello := clientHello(t, e)
+	const attackers = 40 // from two sources, half saying hello
+	var closed, kept atomic.Int64
+	opened := make(chan struct{}, attackers)
+	var attack sync.WaitGroup
+	for i := range attackers {
+		d := attackerDialer(t, i%2)
+		var h []byte
+		if i%4 < 2 {
+			h = hello
+		}
+		attack.Go(func() {
+			byHub, err := silent(e, d, h, opened)
+			switch {
+			case err != nil:
+				opened <- struct{}{}
+			case byHub:
+				closed.Add(1)
+			default:
+				kept.Add(1)
+			}
+		})
+	}
+	for range attackers {
+		<-opened
+	}
+	// Agents dial afresh for every sync, so each needs a handshake while
+	// the silent connections come and go.
+	var l legit
+	stop := make(chan struct{})
+	var syncs sync.WaitGroup
+	for _, tr := range trs {
+		syncs.Go(func() {
+			for range 40 {
+				tr.Close()
+				l.run(tr, 1, stop)
+			}
+		})
+	}
+	syncs.Wait()
+	attack.Wait()
+	l.check(t)
+	if kept.Load() > 0 {
+		t.Errorf("%d silent connections were kept open past the handshake deadline", kept.Load())
+	}
+	st := e.srv.Stats()
+	if st.Refused == 0 {
+		t.Error("no connection was refused at accept although two sources opened 20 each with a share of 3")
+	}
+	waitFor(t, 5*time.Second, "every slot to be given back", func() bool {
+		st := e.srv.Stats()
+		return st.Handshakes == 0 && st.Untrusted == 0 && st.Sources == 0
+	})
+	t.Logf("attack: %d connections closed by the hub, %d refused at accept", closed.Load(), st.Refused)
 }

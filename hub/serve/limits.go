@@ -314,6 +314,7 @@ type countedConn struct {
 	net.Conn
 	handshakes *atomic.Int64
 	inFlight   atomic.Bool
+	spoke      atomic.Bool
 	// refused is set when VerifyConnection refused the peer.
 	refused atomic.Bool
 
@@ -337,10 +338,31 @@ func (c *countedConn) begin(limit int) bool {
 	return true
 }
 
+// Write notes that the hub has spoken: once its handshake flight is out,
+// the next read waits on the peer.
+func (c *countedConn) Write(b []byte) (int, error) {
+	if c.inFlight.Load() {
+		c.spoke.Store(true)
+	}
+	return c.Conn.Write(b)
+}
+
+// Read gives the handshake slot back when the hub waits on the peer after
+// its own flight: the slot bounds the hub's cryptography in flight, and a
+// silent peer costs none of it. What waits is bounded per source, in all
+// and by the handshake deadline.
+func (c *countedConn) Read(b []byte) (int, error) {
+	if c.spoke.Load() {
+		c.end()
+	}
+	return c.Conn.Read(b)
+}
+
 // end gives the slot back, once.
 func (c *countedConn) end() {
 	if c.inFlight.CompareAndSwap(true, false) {
 		c.handshakes.Add(-1)
+		c.spoke.Store(false)
 	}
 }
 
