@@ -214,13 +214,17 @@ type recordConn struct {
 	written []byte
 }
 
-func (r *recordConn) Write(b []byte) (int, error) { r.written = append(r.written, b...); return len(b), nil }
-func (r *recordConn) Read([]byte) (int, error)    { return 0, errors.New("recording only") }
-func (r *recordConn) Close() error                { return nil }
+func (r *recordConn) Write(b []byte) (int, error) {
+	r.written = append(r.written, b...)
+	return len(b), nil
+}
+func (r *recordConn) Read([]byte) (int, error) { return 0, errors.New("recording only") }
+func (r *recordConn) Close() error             { return nil }
 
 // silent opens a connection from d that sends hello (or nothing) and then
-// waits for the hub to close it, at most 20 s; it says whether the hub
-// closed it.
+// waits for the hub to close it, at most 5 s (half the server's header
+// timeout, ten times the test's handshake deadline); it says whether the
+// hub closed it.
 func silent(e *env, d *net.Dialer, hello []byte, opened chan<- struct{}) (closedByHub bool, err error) {
 	c, err := d.Dial("tcp", e.addr)
 	if err != nil {
@@ -231,7 +235,7 @@ func silent(e *env, d *net.Dialer, hello []byte, opened chan<- struct{}) (closed
 		return false, err
 	}
 	opened <- struct{}{}
-	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, err = io.Copy(io.Discard, c)
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
