@@ -41,7 +41,7 @@ type Options struct {
 	AdminTLSCert  string
 	AdminTLSKey   string
 	AdminInsecure bool
-	Region    string
+	Region        string
 	// Names are the host names and addresses agents dial the hub by; the
 	// server certificate holds them, the host name and DefaultNames.
 	Names   []string
