@@ -220,7 +220,8 @@ func TestServeRefusesBadStores(t *testing.T) {
 		{"unreachable_postgres", "postgres://u:secret@127.0.0.1:1/einsora?connect_timeout=2", "open store"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cmd := exec.Command(bin("einsora-hub"), "serve", "--data", t.TempDir(), "--store", tt.store, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
+			// A new data directory: the hub makes it 0700, with nothing to say.
+			cmd := exec.Command(bin("einsora-hub"), "serve", "--data", filepath.Join(t.TempDir(), "data"), "--store", tt.store, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
 			out, err := cmd.CombinedOutput()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
