@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"crypto/tls"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -326,6 +327,23 @@ type countedConn struct {
 	// its own, longer one). handshook is set when it ended.
 	handshakeBy time.Time
 	handshook   atomic.Bool
+	// served is set when an anonymous request came over the conn, and
+	// idleBy (Unix nanoseconds) when it went idle after that.
+	served atomic.Bool
+	idleBy atomic.Int64
+}
+
+// anonLinger is how long an anonymous connection may stay open once it is
+// idle after a request: an enrolment or renewal by token is one request,
+// and an idle anonymous connection would hold its source's share.
+const anonLinger = time.Second
+
+// idle cuts an anonymous connection that served its request and now
+// waits: its next read ends within anonLinger.
+func (c *countedConn) idle() {
+	by := time.Now().Add(anonLinger)
+	c.idleBy.Store(by.UnixNano())
+	c.Conn.SetReadDeadline(by)
 }
 
 // begin takes a handshake slot unless max are taken.
@@ -382,13 +400,27 @@ func (c *countedConn) releaseSource() {
 }
 
 func (c *countedConn) clamp(t time.Time) time.Time {
+	by := c.handshakeBy
 	if c.handshook.Load() {
-		return t
+		n := c.idleBy.Load()
+		if n == 0 {
+			return t
+		}
+		by = time.Unix(0, n)
 	}
-	if t.IsZero() || t.After(c.handshakeBy) {
-		return c.handshakeBy
+	if t.IsZero() || t.After(by) {
+		return by
 	}
 	return t
+}
+
+// countedOf is the countedConn under a server-side conn, if any.
+func countedOf(c net.Conn) *countedConn {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	cc, _ := c.(*countedConn)
+	return cc
 }
 
 func (c *countedConn) SetDeadline(t time.Time) error     { return c.Conn.SetDeadline(c.clamp(t)) }

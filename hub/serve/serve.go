@@ -88,6 +88,8 @@ type Server struct {
 
 type pollEntry struct{ cancel context.CancelFunc }
 
+type connKey struct{}
+
 // NewServer returns a server of cfg.Hub's agents.
 func NewServer(cfg Config) *Server {
 	if cfg.Clock == nil {
@@ -139,6 +141,19 @@ func NewServer(cfg Config) *Server {
 		// Refused handshakes are the agents' business, not the
 		// operator's: they show at debug level.
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	// Each request can find its conn, to mark an anonymous one served;
+	// once idle after that, it is cut (see countedConn.idle).
+	s.srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		return context.WithValue(ctx, connKey{}, c)
+	}
+	s.srv.ConnState = func(c net.Conn, st http.ConnState) {
+		if st != http.StateIdle {
+			return
+		}
+		if cc := countedOf(c); cc != nil && cc.served.Load() && cc.holdsSource.Load() {
+			cc.idle()
+		}
 	}
 	s.srv.TLSConfig = &tls.Config{GetConfigForClient: s.configForClient, NextProtos: s.base.NextProtos}
 	return s
@@ -245,6 +260,11 @@ func (s *Server) shed(next http.Handler) http.Handler {
 		// The server's ReadTimeout is for agents' long bodies; a peer
 		// without a certificate gets only what its declared size needs.
 		http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.limits.bodyTimeout(r.ContentLength)))
+		if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+			if cc := countedOf(c); cc != nil {
+				cc.served.Store(true)
+			}
+		}
 		n := s.anonymous.Add(1)
 		defer s.anonymous.Add(-1)
 		if n > int64(s.limits.MaxAnonActive) {
