@@ -122,6 +122,8 @@ func BenchmarkAttacks(b *testing.B) {
 	base := legitPhase(trs[:legitMachines], *attackFor)
 	rssBase := rssMB()
 
+	refusedBefore := srv.Stats().Refused
+	dbBefore := fileSize(filepath.Join(dir, "hub.db"), filepath.Join(dir, "hub.db-wal"))
 	hello := benchHello(authority)
 	stop := make(chan struct{})
 	var dials atomic.Int64
@@ -149,7 +151,8 @@ func BenchmarkAttacks(b *testing.B) {
 	fmt.Fprintf(os.Stderr, "  %-15s %9d %8.2f%% %9s %9s %9d MB %14s\n", "baseline", base.total, base.success(), base.p(50), base.p(99), rssBase, "-")
 	fmt.Fprintf(os.Stderr, "  %-15s %9d %8.2f%% %9s %9s %9d MB %14.0f\n", "under attack", under.total, under.success(), under.p(50), under.p(99), rssUnder,
 		float64(dials.Load())/elapsed.Seconds())
-	fmt.Fprintf(os.Stderr, "  connections closed at accept: %d; first failure under attack: %v\n", st2.Refused, under.firstErr)
+	fmt.Fprintf(os.Stderr, "  under attack: %d connections closed at accept, hub.db and WAL %d KB -> %d KB; first failure: %v\n",
+		st2.Refused-refusedBefore, dbBefore>>10, fileSize(filepath.Join(dir, "hub.db"), filepath.Join(dir, "hub.db-wal"))>>10, under.firstErr)
 	b.ReportMetric(under.success(), "%success")
 	b.ReportMetric(float64(under.p(99).Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(dials.Load())/elapsed.Seconds(), "attack-conn/s")
@@ -300,4 +303,14 @@ func rssMB() int {
 		}
 	}
 	return 0
+}
+
+func fileSize(paths ...string) int64 {
+	var n int64
+	for _, p := range paths {
+		if st, err := os.Stat(p); err == nil {
+			n += st.Size()
+		}
+	}
+	return n
 }
