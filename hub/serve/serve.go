@@ -252,6 +252,12 @@ func (s *Server) shed(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		// Served, even if refused: the conn is cut once idle.
+		if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+			if cc := countedOf(c); cc != nil {
+				cc.served.Store(true)
+			}
+		}
 		if ok, wait := s.enrollers.take(sourceKey(r.RemoteAddr)); !ok {
 			retryAfterHeader(w, wait)
 			writeError(w, http.StatusTooManyRequests, "too many requests from this address; try again after Retry-After")
@@ -260,11 +266,6 @@ func (s *Server) shed(next http.Handler) http.Handler {
 		// The server's ReadTimeout is for agents' long bodies; a peer
 		// without a certificate gets only what its declared size needs.
 		http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.limits.bodyTimeout(r.ContentLength)))
-		if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
-			if cc := countedOf(c); cc != nil {
-				cc.served.Store(true)
-			}
-		}
 		n := s.anonymous.Add(1)
 		defer s.anonymous.Add(-1)
 		if n > int64(s.limits.MaxAnonActive) {
