@@ -359,3 +359,28 @@ func TestIdleAnonymousConnectionIsCut(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the idle HTTP/2 anonymous connection to be cut", func() bool { return e.srv.Stats().Untrusted == 0 })
 }
+
+// An anonymous connection that finished its handshake and then says
+// nothing, over HTTP/2 (which would otherwise keep it for its 90 s idle
+// timeout), is cut at the end of an anonymous connection's life: the
+// header timeout plus the longest body deadline.
+func TestSilentAnonymousConnectionIsCut(t *testing.T) {
+	e := startEnv(t, envOptions{limits: serve.Limits{ReadHeaderTimeout: time.Second, BodyTimeoutMax: time.Second}})
+	c, err := tls.Dial("tcp", e.addr, &tls.Config{RootCAs: e.ca.Pool(), ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.ConnectionState().NegotiatedProtocol != "h2" {
+		t.Fatalf("negotiated %q, want h2", c.ConnectionState().NegotiatedProtocol)
+	}
+	// The client preface and an empty SETTINGS frame, then nothing.
+	c.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = io.Copy(io.Discard, c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatal("a silent anonymous HTTP/2 connection was kept open")
+	}
+	waitFor(t, 5*time.Second, "its source's share to be given back", func() bool { return e.srv.Stats().Untrusted == 0 })
+}

@@ -288,6 +288,7 @@ type countingListener struct {
 	handshakes *atomic.Int64
 	untrusted  *sources
 	timeout    time.Duration
+	anonLife   time.Duration
 	refused    *atomic.Int64
 }
 
@@ -304,7 +305,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 			continue
 		}
 		cc := &countedConn{Conn: c, handshakes: l.handshakes, sources: l.untrusted, key: key,
-			handshakeBy: time.Now().Add(l.timeout)}
+			handshakeBy: time.Now().Add(l.timeout), anonLife: l.anonLife}
 		cc.holdsSource.Store(true)
 		c.SetDeadline(cc.handshakeBy)
 		return cc, nil
@@ -327,8 +328,10 @@ type countedConn struct {
 	// its own, longer one). handshook is set when it ended.
 	handshakeBy time.Time
 	handshook   atomic.Bool
+	anonLife    time.Duration
 	// served is set when an anonymous request came over the conn, and
-	// idleBy (Unix nanoseconds) when it went idle after that.
+	// idleBy (Unix nanoseconds) is when an anonymous conn is cut: the end
+	// of its life, or a second after it went idle once served.
 	served atomic.Bool
 	idleBy atomic.Int64
 }
@@ -342,6 +345,9 @@ const anonLinger = time.Second
 // waits: its next read ends within anonLinger.
 func (c *countedConn) idle() {
 	by := time.Now().Add(anonLinger)
+	if n := c.idleBy.Load(); n != 0 && n < by.UnixNano() {
+		by = time.Unix(0, n)
+	}
 	c.idleBy.Store(by.UnixNano())
 	c.Conn.SetReadDeadline(by)
 }
@@ -385,12 +391,16 @@ func (c *countedConn) end() {
 }
 
 // vouched ends the handshake; with a verified client certificate the
-// conn no longer counts against its source.
+// conn no longer counts against its source. Without one it may live
+// anonLife at most, however it is used.
 func (c *countedConn) vouched(withCert bool) {
-	c.handshook.Store(true)
 	if withCert {
+		c.handshook.Store(true)
 		c.releaseSource()
+		return
 	}
+	c.idleBy.Store(time.Now().Add(c.anonLife).UnixNano())
+	c.handshook.Store(true)
 }
 
 func (c *countedConn) releaseSource() {

@@ -178,6 +178,8 @@ func (s *Server) Serve(ln net.Listener) error {
 	err := s.srv.ServeTLS(&countingListener{
 		Listener: ln, handshakes: &s.handshakes, untrusted: s.untrusted,
 		timeout: s.limits.HandshakeTimeout, refused: &s.refused,
+		// Time for one request's header and its longest body.
+		anonLife: s.limits.ReadHeaderTimeout + s.limits.BodyTimeoutMax,
 	}, "", "")
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
