@@ -97,9 +97,12 @@ const (
 	DefaultAdminFailDelay        = time.Second
 	DefaultAdminFailMax          = time.Minute
 	DefaultMaxAdminSources       = 4096
-	DefaultRetryAfter            = time.Second
-	DefaultReadHeaderTimeout     = 10 * time.Second
-	DefaultIdleTimeout           = 90 * time.Second
+	// maxBucketKeys bounds the token buckets kept, of machines and of
+	// sources each.
+	maxBucketKeys            = 1 << 16
+	DefaultRetryAfter        = time.Second
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 90 * time.Second
 )
 
 func orDefault[T int | float64 | time.Duration](v *T, d T) {
@@ -224,6 +227,10 @@ type buckets struct {
 	clk   clock.Clock
 	rate  float64
 	burst float64
+	// max bounds the keys kept: past it, full buckets are swept at once,
+	// and if none is full one key is forgotten (its bucket starts full
+	// again), so many sources cost memory no more than max keys.
+	max int
 
 	// mu guards the following fields.
 	mu    sync.Mutex
@@ -236,8 +243,8 @@ type bucket struct {
 	at     time.Time
 }
 
-func newBuckets(clk clock.Clock, rate float64, burst int) *buckets {
-	return &buckets{clk: clk, rate: rate, burst: float64(burst), m: make(map[string]*bucket)}
+func newBuckets(clk clock.Clock, rate float64, burst, max int) *buckets {
+	return &buckets{clk: clk, rate: rate, burst: float64(burst), max: max, m: make(map[string]*bucket)}
 }
 
 // take takes a token of key's bucket, or says how long until one is there.
@@ -250,6 +257,15 @@ func (b *buckets) take(key string) (ok bool, wait time.Duration) {
 	}
 	k := b.m[key]
 	if k == nil {
+		if len(b.m) >= b.max {
+			b.sweepLocked(now)
+			for other := range b.m {
+				if len(b.m) < b.max {
+					break
+				}
+				delete(b.m, other)
+			}
+		}
 		k = &bucket{tokens: b.burst, at: now}
 		b.m[key] = k
 	}

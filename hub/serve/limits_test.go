@@ -22,7 +22,7 @@ import (
 
 func TestBucketsRefillAndForget(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
-	b := newBuckets(clk, 5, 20)
+	b := newBuckets(clk, 5, 20, 100)
 	for i := range 20 {
 		if ok, _ := b.take("m-1"); !ok {
 			t.Fatalf("request %d of the burst refused", i)
@@ -174,6 +174,23 @@ func TestCertNames(t *testing.T) {
 	}
 	if got := agentURL(ln, names); got != "https://"+ln.Addr().String() {
 		t.Errorf("agent URL %s", got)
+	}
+}
+
+// The buckets keep at most their bound of keys, however many sources
+// come within a minute.
+func TestBucketsAreBounded(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
+	b := newBuckets(clk, 1, 10, 50)
+	for i := range 1000 {
+		b.take(strconv.Itoa(i))
+		b.take(strconv.Itoa(i)) // not full, so not swept
+	}
+	b.mu.Lock()
+	n := len(b.m)
+	b.mu.Unlock()
+	if n > 50 {
+		t.Fatalf("%d keys kept, want at most 50", n)
 	}
 }
 

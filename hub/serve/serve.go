@@ -105,8 +105,8 @@ func NewServer(cfg Config) *Server {
 	s := &Server{
 		hub: cfg.Hub, ca: cfg.CA, clk: cfg.Clock, log: cfg.Logger.With("component", "agent-api"),
 		limits: lim, drainTo: cfg.DrainTo,
-		machines:  newBuckets(cfg.Clock, lim.Rate, lim.Burst),
-		enrollers: newBuckets(cfg.Clock, lim.EnrollRate, lim.EnrollBurst),
+		machines:  newBuckets(cfg.Clock, lim.Rate, lim.Burst, maxBucketKeys),
+		enrollers: newBuckets(cfg.Clock, lim.EnrollRate, lim.EnrollBurst, maxBucketKeys),
 		untrusted: newSources(lim.MaxUntrustedPerSource, lim.MaxUntrusted),
 		polls:     make(map[*pollEntry]struct{}),
 	}
