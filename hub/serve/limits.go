@@ -333,6 +333,11 @@ type countedConn struct {
 	handshakes *atomic.Int64
 	inFlight   atomic.Bool
 	spoke      atomic.Bool
+	// spokeOnce is set once the hub sent its handshake flight, and heard
+	// when the peer answered it: a handshake that fails after that (a
+	// certificate from another CA, expired) is refused with an alert.
+	spokeOnce atomic.Bool
+	heard     atomic.Bool
 	// refused is set when VerifyConnection refused the peer.
 	refused atomic.Bool
 
@@ -383,6 +388,7 @@ func (c *countedConn) begin(limit int) bool {
 func (c *countedConn) Write(b []byte) (int, error) {
 	if c.inFlight.Load() {
 		c.spoke.Store(true)
+		c.spokeOnce.Store(true)
 	}
 	return c.Conn.Write(b)
 }
@@ -395,7 +401,11 @@ func (c *countedConn) Read(b []byte) (int, error) {
 	if c.spoke.Load() {
 		c.end()
 	}
-	return c.Conn.Read(b)
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.spokeOnce.Load() && !c.handshook.Load() {
+		c.heard.Store(true)
+	}
+	return n, err
 }
 
 // end gives the slot back, once.
@@ -462,9 +472,10 @@ const lingerRefused = time.Second
 // Close closes the conn. After a refused handshake it first half-closes and
 // reads what the agent already sent, for up to a second: closing with
 // unread data would reset the connection, and the reset can overtake the
-// TLS alert that tells the agent why it was refused.
+// TLS alert that tells the agent why it was refused. A peer that never
+// answered the hub's flight gets no such courtesy: it is cut.
 func (c *countedConn) Close() error {
-	if c.inFlight.Load() || c.refused.Load() {
+	if c.inFlight.Load() || c.refused.Load() || (c.heard.Load() && !c.handshook.Load()) {
 		if tc, ok := c.Conn.(*net.TCPConn); ok {
 			tc.CloseWrite()
 			tc.SetReadDeadline(time.Now().Add(lingerRefused))
