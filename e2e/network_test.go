@@ -235,6 +235,21 @@ func TestServeRefusesBadStores(t *testing.T) {
 	}
 }
 
+// The admin API beyond loopback needs TLS or the operator's explicit
+// acceptance of cleartext: without either the hub says so in one line.
+func TestServeRefusesCleartextAdminBeyondLoopback(t *testing.T) {
+	cmd := exec.Command(bin("einsora-hub"), "serve", "--data", filepath.Join(t.TempDir(), "data"), "--listen", "127.0.0.1:0", "--admin", "0.0.0.0:0")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("got %v, want exit 1\n%s", err, out)
+	}
+	msg := strings.TrimSpace(string(out))
+	if !strings.Contains(msg, "--admin-tls-cert") || !strings.Contains(msg, "--admin-insecure") || strings.Contains(msg, "\n") {
+		t.Errorf("got %q, want one line naming --admin-tls-cert and --admin-insecure", msg)
+	}
+}
+
 func TestEnrollRefusesBadInput(t *testing.T) {
 	tests := []struct {
 		name string
