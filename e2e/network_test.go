@@ -250,6 +250,19 @@ func TestServeRefusesCleartextAdminBeyondLoopback(t *testing.T) {
 	}
 }
 
+// Solo's admin API has no TLS: beyond loopback it needs --admin-insecure.
+func TestSoloRefusesCleartextAdminBeyondLoopback(t *testing.T) {
+	cmd := exec.Command(bin("einsora-hub"), "solo", "--data", filepath.Join(t.TempDir(), "data"), "--drivers", "sim", "--admin", "0.0.0.0:0")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("got %v, want exit 1\n%s", err, out)
+	}
+	if msg := strings.TrimSpace(string(out)); !strings.Contains(msg, "--admin-insecure") || strings.Contains(msg, "\n") {
+		t.Errorf("got %q, want one line naming --admin-insecure", msg)
+	}
+}
+
 func TestEnrollRefusesBadInput(t *testing.T) {
 	tests := []struct {
 		name string

@@ -34,6 +34,9 @@ const (
 type Options struct {
 	DataDir   string
 	AdminAddr string
+	// AdminInsecure lets the admin API listen beyond loopback, its token
+	// crossing the network in cleartext; without it Run refuses.
+	AdminInsecure bool
 	// Drivers is a comma-separated list of drivers, or "auto" (see
 	// agent.BuildDrivers).
 	Drivers string
@@ -134,6 +137,10 @@ func Run(ctx context.Context, opts Options) error {
 	ln, err := net.Listen("tcp", opts.AdminAddr)
 	if err != nil {
 		return fmt.Errorf("solo: admin API: %w (is another hub running? pick another with --admin)", err)
+	}
+	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() && !opts.AdminInsecure {
+		ln.Close()
+		return fmt.Errorf("solo: --admin %s listens beyond loopback, where the admin token would cross the network in cleartext: keep it on loopback, or give --admin-insecure to accept that (einsora-hub serve offers TLS)", opts.AdminAddr)
 	}
 	srv := &http.Server{Handler: h.AdminHandler(token), ReadHeaderTimeout: 10 * time.Second}
 	adminURL := "http://" + ln.Addr().String()
