@@ -20,6 +20,7 @@ import (
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/ca"
+	"einsora.dev/edge/hub/httpapi"
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/hub/store/postgres"
 	"einsora.dev/edge/hub/store/sqlite"
@@ -131,7 +132,7 @@ func Run(ctx context.Context, opts Options) error {
 	})
 	lim := opts.Limits.withDefaults(runtime.GOMAXPROCS(0))
 	admin := &http.Server{
-		Handler:           guardAdmin(h.AdminHandler(token), lim, clk),
+		Handler:           guardAdmin(httpapi.New(h, clk, log).AdminHandler(token), lim, clk),
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
