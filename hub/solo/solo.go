@@ -36,6 +36,9 @@ const (
 type Options struct {
 	DataDir   string
 	AdminAddr string
+	// AdminInsecure lets the admin API listen beyond loopback, its token
+	// crossing the network in cleartext; without it Run refuses.
+	AdminInsecure bool
 	// Drivers is a comma-separated list of drivers, or "auto" (see
 	// agent.BuildDrivers).
 	Drivers string
@@ -136,6 +139,10 @@ func Run(ctx context.Context, opts Options) error {
 	ln, err := net.Listen("tcp", opts.AdminAddr)
 	if err != nil {
 		return fmt.Errorf("solo: admin API: %w (is another hub running? pick another with --admin)", err)
+	}
+	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() && !opts.AdminInsecure {
+		ln.Close()
+		return fmt.Errorf("solo: --admin %s listens beyond loopback, where the admin token would cross the network in cleartext: keep it on loopback, or give --admin-insecure to accept that (einsora-hub serve offers TLS)", opts.AdminAddr)
 	}
 	// The dashboard too; solo has no agents' API, so its tokens page has
 	// no address to show.
