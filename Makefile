@@ -2,7 +2,8 @@
 # embedded SQLite store; `make test` runs every test.
 GO      ?= go
 DATA    ?= $(CURDIR)/.data
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# A version dpkg accepts from any checkout (scripts/version.sh).
+VERSION ?= $(shell scripts/version.sh)
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin
 # Run from the module proxy, not a dependency of the module.
