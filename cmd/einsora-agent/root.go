@@ -27,6 +27,7 @@ func newRoot() *cobra.Command {
 		Short: "The Einsora node agent: runs the workloads a hub places on this machine",
 	}
 	root.AddCommand(runCmd(), enrollCmd(), statusCmd(), inventoryCmd(), versionCmd(), doctorCmd())
+	root.AddCommand(cli.GenDocsCmd(root, version))
 	return root
 }
 

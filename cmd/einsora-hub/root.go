@@ -33,6 +33,7 @@ func newRoot() *cobra.Command {
 		c.PersistentFlags().StringVar(&g.data, "data", cli.DefaultHubDataDir(), "the hub's data directory, which holds the admin token")
 		root.AddCommand(c)
 	}
+	root.AddCommand(cli.GenDocsCmd(root, version))
 	return root
 }
 
