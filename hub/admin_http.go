@@ -281,7 +281,9 @@ func (h *Hub) SyncHandler(identify func(*http.Request) (string, error)) http.Han
 			h.log.Error("sync failed", "machine", machineID, "err", err)
 			writeError(w, http.StatusInternalServerError, "the hub failed to sync; the agent will retry")
 		default:
-			writeJSON(w, http.StatusOK, resp)
+			out := *resp // a copy: resp may be the cached desired state
+			out.ProtocolVersion = protocol.Version
+			writeJSON(w, http.StatusOK, &out)
 		}
 	})
 }
