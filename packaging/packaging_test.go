@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"einsora.dev/edge/agent"
 )
 
 func TestSystemdUnitRunsTheAgentAsNotify(t *testing.T) {
@@ -195,5 +197,25 @@ func TestHubUnitIsNotifyAndHardened(t *testing.T) {
 		if !lines[want] {
 			t.Errorf("hub unit lacks the line %q", want)
 		}
+	}
+}
+
+// The agent's unit starts it only once enrolled, by the certificate that
+// enrolment writes: a renamed file would keep the agent from ever starting.
+func TestAgentUnitWaitsForTheEnrolmentCertificate(t *testing.T) {
+	b, err := os.ReadFile("systemd/einsora-agent.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "ConditionPathExists=/var/lib/einsora-agent/" + agent.CertFile
+	if !strings.Contains(string(b), want+"\n") {
+		t.Errorf("unit lacks %q", want)
+	}
+	postinst, err := os.ReadFile("deb/einsora-agent/postinst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(postinst), `"$state/`+agent.CertFile+`"`) {
+		t.Errorf("postinst does not look for %s to tell whether the machine is enrolled", agent.CertFile)
 	}
 }
