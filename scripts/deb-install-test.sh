@@ -103,6 +103,9 @@ inc einsora-agent enroll --hub https://127.0.0.1:8443 --token "$token" >/dev/nul
 inc systemctl start einsora-agent || fail "einsora-agent does not start once enrolled"
 waitfor 30 "einsora-agent active" active einsora-agent
 [ "$(inc systemctl show -P Type einsora-agent)" = notify ] || fail "einsora-agent is not Type=notify"
+# The sim driver runs no process, so what keeps a real workload's process
+# alive across a restart is checked as the unit systemd loaded.
+[ "$(inc systemctl show -P KillMode einsora-agent)" = process ] || fail "einsora-agent is not KillMode=process"
 waitfor 60 "the machine online" sh_in 'einsora-hub --data /var/lib/einsora-hub machine ls --json | grep -q "\"online\": true"'
 log "1. ok: hub and agent active (Type=notify), the agent enrolled"
 
