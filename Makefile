@@ -9,7 +9,7 @@ BIN     := bin
 # Run from the module proxy, not a dependency of the module.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build run test test-short lint fmt bench darwin clean deb lint-deb release
+.PHONY: build run test test-short lint fmt bench darwin clean deb formula lint-deb release
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
@@ -41,6 +41,15 @@ bench:
 darwin:
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
 
+# The Homebrew formula with a release's url and sha256:
+#   make formula URL=https://.../einsora-edge-1.2.0.tar.gz VERSION=1.2.0 [TARBALL=path]
+formula:
+	@test -n "$(URL)" || { echo "make formula: set URL=https://..." >&2; exit 2; }
+	mkdir -p dist
+	scripts/render-formula.sh "$(URL)" "$(patsubst v%,%,$(VERSION))" $(TARBALL) > dist/einsora-agent.rb.tmp
+	mv dist/einsora-agent.rb.tmp dist/einsora-agent.rb
+	@echo "wrote dist/einsora-agent.rb"
+
 clean:
 	rm -rf $(BIN) $(DATA) dist
 
@@ -56,8 +65,10 @@ deb:
 lint-deb: deb
 	lintian --fail-on error,warning --tag-display-limit 0 bin/einsora-agent_$(VERSION)_$(ARCH).deb bin/einsora-hub_$(VERSION)_$(ARCH).deb
 
-# make release VERSION=x.y.z: tarballs (linux, darwin × amd64, arm64), both
-# .debs for both architectures and SHA256SUMS, into dist/.
+# make release VERSION=x.y.z [BASE_URL=https://…]: tarballs (linux, darwin
+# × amd64, arm64), the source tarball, both .debs for both architectures,
+# the Homebrew formula (make formula, when BASE_URL says where the source
+# tarball will be served) and SHA256SUMS, into dist/.
 release:
 	@case "$(origin VERSION)" in command\ line|environment) ;; *) echo "make release needs VERSION=x.y.z"; exit 2;; esac
-	scripts/release.sh $(VERSION)
+	BASE_URL="$(BASE_URL)" scripts/release.sh $(VERSION)

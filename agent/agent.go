@@ -72,6 +72,8 @@ type Agent struct {
 	// lastPass is when the apply loop last finished a pass (Unix
 	// nanoseconds, wall clock): the watchdog's sign of life.
 	lastPass atomic.Int64
+	// firstProbe is set once the drivers were first probed.
+	firstProbe atomic.Bool
 
 	// mu guards the following fields.
 	mu sync.Mutex
@@ -88,6 +90,11 @@ type Agent struct {
 	news        bool
 	lastSync    time.Time
 	lastSyncErr error
+	// revoked is set while the hub refuses this machine as revoked.
+	revoked bool
+	// lastErr is each workload's last failed driver call.
+	lastErr       map[string]DriverError
+	errorsChanged bool
 }
 
 // Open takes the state directory's lock and loads the agent's state. A
@@ -145,6 +152,7 @@ func Open(cfg Config) (*Agent, error) {
 		calls:     calls{busy: map[string]bool{}},
 		state:     st,
 		statuses:  map[string]protocol.Status{},
+		lastErr:   loadLastErrors(cfg.StateDir),
 	}
 	return a, nil
 }
@@ -197,8 +205,8 @@ func (a *Agent) inventoryLoop(ctx context.Context) {
 	}
 }
 
-// Reprobe asks for the inventory to be probed again now (on SIGHUP, say);
-// it is sent to the hub only if it changed.
+// Reprobe asks for the inventory and the drivers to be probed again now (on
+// SIGHUP, say); the inventory is sent to the hub only if it changed.
 func (a *Agent) Reprobe() {
 	select {
 	case a.reprobe <- struct{}{}:
@@ -206,20 +214,52 @@ func (a *Agent) Reprobe() {
 	}
 }
 
-// refreshInventory probes the machine and the drivers that answer now, and
-// delivers the inventory when it changed.
+// refreshInventory probes the machine and the drivers that answer now,
+// makes those the offered drivers, and delivers the inventory when it
+// changed. A driver that stops answering is dropped from the offer and its
+// workloads are reported lost until it answers again.
 func (a *Agent) refreshInventory(ctx context.Context) {
 	inv := a.cfg.Inventory(ctx)
 	inv.Drivers = nil
+	down := map[string]error{}
 	for _, d := range a.cfg.Drivers.All() {
 		if p, ok := d.(drivers.Prober); ok {
-			err := a.calls.do(ctx, "probe:"+d.Name(), a.cfg.DriverTimeout, p.Probe)
-			if err != nil {
-				a.log.Warn("driver unavailable; not offered to the hub", "driver", d.Name(), "err", err)
+			if err := a.calls.do(ctx, "probe:"+d.Name(), a.cfg.DriverTimeout, p.Probe); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				down[d.Name()] = err
 				continue
 			}
 		}
 		inv.Drivers = append(inv.Drivers, d.Name())
+	}
+	if len(inv.Drivers) == 0 {
+		inv.Notes = append(inv.Notes, NoRuntimeNote(a.cfg.Drivers.Names()))
+	}
+	added, dropped := a.cfg.Drivers.Offer(inv.Drivers...)
+	if a.firstProbe.CompareAndSwap(false, true) {
+		// Every driver starts out offered: what the first probe drops
+		// was never there, and nothing of it is lost.
+		for _, n := range dropped {
+			a.log.Info("driver not offered: its runtime does not answer", "driver", n, "err", down[n])
+		}
+		if len(inv.Drivers) == 0 {
+			a.log.Warn("no driver answers; the agent runs and syncs but the hub can place nothing here", "fix", inv.Notes[len(inv.Notes)-1])
+		}
+	} else {
+		for _, n := range added {
+			a.log.Info("driver answers; offered to the hub", "driver", n)
+		}
+		for _, n := range dropped {
+			a.log.Warn("driver does not answer; no longer offered, and its workloads are reported lost until it answers", "driver", n, "err", down[n])
+		}
+	}
+	if len(added)+len(dropped) > 0 {
+		select {
+		case a.wakeApply <- struct{}{}:
+		default:
+		}
 	}
 	b, _ := json.Marshal(inv)
 	sum := sha256.Sum256(b)
@@ -246,16 +286,20 @@ type Status struct {
 	StateDir  string `json:"state_dir"`
 	Running   bool   `json:"running"`
 	// Hub is the hub the agent enrolled with; empty for solo's agent.
-	Hub               string   `json:"hub,omitempty"`
-	StoreID           string   `json:"store_id,omitempty"`
-	LastSync          string   `json:"last_sync,omitempty"`
-	DesiredGeneration int64    `json:"desired_generation"`
-	Workloads         []string `json:"workloads"`
+	Hub               string `json:"hub,omitempty"`
+	StoreID           string `json:"store_id,omitempty"`
+	LastSync          string `json:"last_sync,omitempty"`
+	DesiredGeneration int64  `json:"desired_generation"`
+	// Revoked is set when the hub revoked this machine, with what to do.
+	Revoked *Revocation `json:"revoked,omitempty"`
+	// Workloads are those the agent reports or holds, with their last
+	// driver error.
+	Workloads []WorkloadStatus `json:"workloads"`
 }
 
 // ReadStatus reads an agent's state directory without taking its lock.
 func ReadStatus(dir string) (Status, error) {
-	st := Status{StateDir: dir, Workloads: []string{}}
+	st := Status{StateDir: dir, Workloads: []WorkloadStatus{}}
 	b, err := os.ReadFile(filepath.Join(dir, machineIDFile))
 	if err != nil {
 		return st, fmt.Errorf("no agent state in %s: %w", dir, err)
@@ -271,13 +315,22 @@ func ReadStatus(dir string) (Status, error) {
 	if e, err := ReadEnrollment(dir); err == nil {
 		st.Hub = e.HubURL
 	}
+	st.Revoked = readRevoked(dir)
 	if b, err := os.ReadFile(filepath.Join(dir, lastSyncFile)); err == nil {
 		st.LastSync = strings.TrimSpace(string(b))
 	}
-	for id := range ls.Workloads {
-		st.Workloads = append(st.Workloads, id)
+	ws, err := readWorkloadsFile(dir)
+	if err != nil {
+		return st, err
 	}
-	slices.Sort(st.Workloads)
+	st.Workloads = append(st.Workloads, ws...)
+	for id := range ls.Workloads {
+		// Held but not yet reported by a running agent.
+		if !slices.ContainsFunc(ws, func(w WorkloadStatus) bool { return w.ID == id }) {
+			st.Workloads = append(st.Workloads, WorkloadStatus{ID: id})
+		}
+	}
+	slices.SortFunc(st.Workloads, func(x, y WorkloadStatus) int { return strings.Compare(x.ID, y.ID) })
 	fl := flock.New(filepath.Join(dir, lockFile))
 	if ok, err := fl.TryLock(); err == nil {
 		if ok {

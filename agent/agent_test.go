@@ -8,15 +8,16 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/drivers"
 	"einsora.dev/edge/drivers/sim"
+	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/protocol"
 )
 
@@ -423,9 +424,17 @@ func TestStoreChangeKeepsEverythingAndIsReported(t *testing.T) {
 	f.set(run("w-1", 1))
 	waitCode(t, f, "w-1", protocol.CodeRunning)
 	f.setRaw(protocol.SyncResponse{StoreID: "st-2", Generation: 1, Workloads: []protocol.DesiredWorkload{}})
+	// The change is reported until the hub has heard it, so look at every
+	// request, not only the last: a loaded machine may poll past it.
 	waitFor(t, "the agent to report the store change", func() bool {
-		r := f.lastRequest()
-		return r != nil && r.PreviousStoreID == "st-1"
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, r := range f.reqs {
+			if r.PreviousStoreID == "st-1" {
+				return true
+			}
+		}
+		return false
 	})
 	waitCode(t, f, "w-1", protocol.CodeUnlisted)
 	if _, err := os.Stat(h.sim.DataDir("w-1")); err != nil {
@@ -480,39 +489,112 @@ func TestRule6_RefusesDriverChangeWhileHoldingData(t *testing.T) {
 
 func TestRule6_NeverStartsWhileGPUIsHeld(t *testing.T) {
 	f := newFakeHub()
-	startAgent(t, t.TempDir(), f)
+	h := startAgent(t, t.TempDir(), f, func(c *Config) { c.DriverTimeout = 100 * time.Millisecond })
 	gpu := func(id string) protocol.DesiredWorkload {
 		w := run(id, 1)
 		w.Resources.Devices = []string{"nvidia:GPU-1"}
 		return w
 	}
-	f.set(gpu("w-1"))
+	// w-1's stop hangs, so it holds the GPU for as long as the test looks.
+	w1 := gpu("w-1")
+	w1.Image = "sim:hang=stop"
+	f.set(w1)
 	waitCode(t, f, "w-1", protocol.CodeRunning)
-	// The hub moved the GPU to w-2 while w-1 still runs on it.
-	f.set(withMode(gpu("w-1"), protocol.ModePark), gpu("w-2"))
-	// w-1 stops first; until it has, w-2 waits. Either order of passes
-	// ends with both settled.
-	waitCode(t, f, "w-2", protocol.CodeRunning)
+	// The hub moved the GPU to w-2 while w-1 still runs on it. w-2 comes
+	// first in the list, so the pass reaches it before asking w-1 to stop.
+	f.set(gpu("w-2"), withMode(w1, protocol.ModePark))
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, r := range f.reqs {
-		var w1Active, w2Running bool
-		for _, s := range r.Statuses {
-			w1Active = w1Active || s.Workload == "w-1" && slices.Contains([]protocol.Code{protocol.CodeRunning, protocol.CodeStopping}, s.Code) && s.Mode == protocol.ModeRun
-			w2Running = w2Running || s.Workload == "w-2" && s.Code == protocol.CodeRunning
-		}
-		if w1Active && w2Running {
-			t.Fatal("w-2 ran while w-1 was active on its GPU")
+	gen := f.desired.Generation
+	f.mu.Unlock()
+	waitFor(t, "a report of w-2", func() bool {
+		s, ok := f.status("w-2")
+		return ok && s.Generation == gen
+	})
+	time.Sleep(300 * time.Millisecond) // several passes, past the stop's time limit
+	if n, _ := h.sim.Starts("w-2"); n != 0 {
+		t.Fatalf("w-2 was started %d times while w-1 was active on its GPU", n)
+	}
+	s, _ := f.status("w-2")
+	if s.Code != protocol.CodeWaitingGPU || !strings.Contains(s.Detail, "w-1") {
+		t.Errorf("w-2: got %s %q, want waiting_gpu naming w-1", s.Code, s.Detail)
+	}
+	list, _ := h.sim.List(context.Background())
+	for _, in := range list {
+		if in.Workload == "w-1" && in.State != drivers.StateRunning {
+			t.Errorf("w-1 is %s; the test needs it running on the GPU", in.State)
 		}
 	}
 }
 
+// A successful sync resets the backoff: after a success, the next failure
+// waits the base again, not where the failures before it left off.
+func TestBackoffResetAfterSuccessfulSync(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
+	var calls atomic.Int64
+	tr := hubclient.Func(func(ctx context.Context, req *protocol.SyncRequest) (*protocol.SyncResponse, error) {
+		switch calls.Add(1) {
+		case 1, 2, 3, 5:
+			return nil, errors.New("connection refused")
+		case 4:
+			return &protocol.SyncResponse{StoreID: "st-1", Generation: 1, Workloads: []protocol.DesiredWorkload{}}, nil
+		case 6:
+			return nil, errors.New("connection refused")
+		}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	startAgent(t, t.TempDir(), newFakeHub(), func(c *Config) {
+		c.Transport, c.Clock = tr, clk
+		// A backoff always waits its whole ceiling: 1s, 2s, 4s, 8s.
+		c.Backoff = hubclient.Backoff{Base: time.Second, Rand: func(n int64) int64 { return n - 1 }}
+	})
+	for i, wait := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		waitFor(t, fmt.Sprintf("sync %d", i+1), func() bool { return calls.Load() >= int64(i+1) })
+		time.Sleep(30 * time.Millisecond) // the loop is asleep on its backoff
+		clk.Advance(wait)
+	}
+	// Sync 4 succeeded and sync 5 failed at once: its wait is the base
+	// again, 1s, where without the reset it would be 8s.
+	waitFor(t, "sync 5", func() bool { return calls.Load() >= 5 })
+	time.Sleep(30 * time.Millisecond)
+	clk.Advance(time.Second)
+	waitFor(t, "sync 6, a base wait after sync 5", func() bool { return calls.Load() >= 6 })
+}
+
+// The table has a cell for every pair, enumerated here from the protocol's
+// modes and the drivers' states rather than from the table's own lists, so
+// deleting a cell fails.
 func TestTransitionsComplete(t *testing.T) {
-	for _, w := range []want{wantRunNew, wantRunStarted, wantPark, wantRemove, wantUnlisted} {
-		for _, o := range observedStates {
-			if transitions[w][o] == 0 {
+	var wants []want
+	for _, m := range []protocol.Mode{protocol.ModeRun, protocol.ModePark, protocol.ModeRemove} {
+		if m == protocol.ModeRun {
+			// A run is new or already started: an attempt starts once.
+			wants = append(wants, "run-new", "run-started")
+			continue
+		}
+		wants = append(wants, want(m))
+	}
+	wants = append(wants, "unlisted")
+	states := []drivers.State{drivers.StateStarting, drivers.StateRunning, drivers.StateStopping,
+		drivers.StateStopped, drivers.StateExited, drivers.StateFailed}
+	obs := []observed{"absent"}
+	for _, st := range states {
+		obs = append(obs, observed(st))
+	}
+	for _, w := range wants {
+		for _, o := range obs {
+			if _, ok := transitions[cell{w, o}]; !ok {
 				t.Errorf("no action for want %s, observed %s", w, o)
 			}
+		}
+	}
+	if want, got := len(wants)*len(obs), len(transitions); got != want {
+		t.Errorf("the table has %d cells, want %d: one names a want or state that does not exist", got, want)
+	}
+	// Rule 3 in the table itself: nothing unlisted is started or deleted.
+	for c, act := range transitions {
+		if c.want == wantUnlisted && (act == start || act == remove) {
+			t.Errorf("unlisted, %s: %v", c.observed, act)
 		}
 	}
 }
@@ -576,15 +658,66 @@ func TestReadStatus(t *testing.T) {
 	h := startAgent(t, dir, f)
 	f.set(run("w-1", 1))
 	waitCode(t, f, "w-1", protocol.CodeRunning)
-	st, err := ReadStatus(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var st Status
+	waitFor(t, "the workloads file to say running", func() bool {
+		var err error
+		st, err = ReadStatus(dir)
+		return err == nil && len(st.Workloads) == 1 && st.Workloads[0].State == protocol.CodeRunning
+	})
 	if st.MachineID != h.agent.MachineID() || !st.Running || st.LastSync == "" || len(st.Workloads) != 1 || st.DesiredGeneration == 0 {
 		t.Errorf("got %+v", st)
+	}
+	if w := st.Workloads[0]; w.ID != "w-1" || w.State != protocol.CodeRunning || w.Attempt != 1 || w.LastError != nil {
+		t.Errorf("got workload %+v, want w-1 running attempt 1 with no error", w)
 	}
 	h.stop()
 	if st, _ := ReadStatus(dir); st.Running {
 		t.Error("a stopped agent reads as running")
+	}
+}
+
+// Rule 6, the record: a workload whose data the agent's own record puts
+// under another driver is refused even when that driver shows no instance
+// of it now (a driver that lost track, or one not offered at the moment).
+func TestRule6_RefusesDriverChangeWhenOnlyTheRecordHoldsData(t *testing.T) {
+	dir := t.TempDir()
+	st := &localState{Workloads: map[string]*held{"w-1": {Driver: "sim", StartedAttempt: 1}}}
+	if err := saveState(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeHub()
+	var b *sim.Driver
+	startAgent(t, dir, f, func(c *Config) {
+		a, _ := sim.New(filepath.Join(dir, "sim"), clock.Real{})
+		b, _ = sim.New(filepath.Join(dir, "sim-b"), clock.Real{})
+		c.Drivers = drivers.NewHost(a, otherSim{b})
+	})
+	moved := run("w-1", 2)
+	moved.Driver = "sim-b"
+	f.set(moved)
+	waitCode(t, f, "w-1", protocol.CodeRefusedDriverChange)
+	if n, err := b.Starts("w-1"); err == nil && n > 0 {
+		t.Errorf("sim-b started w-1 %d times while sim holds its data", n)
+	}
+}
+
+// Rule 7, a started attempt whose instance stopped by itself (or by a
+// hand on the machine) is reported stopped, never started again: only
+// the hub makes a new attempt.
+func TestRule7_StoppedAttemptIsReportedNotRestarted(t *testing.T) {
+	f := newFakeHub()
+	h := startAgent(t, t.TempDir(), f)
+	f.set(run("w-1", 1))
+	waitCode(t, f, "w-1", protocol.CodeRunning)
+	if err := h.sim.Stop(context.Background(), "w-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitCode(t, f, "w-1", protocol.CodeStopped)
+	time.Sleep(100 * time.Millisecond) // several apply passes
+	if n, _ := h.sim.Starts("w-1"); n != 1 {
+		t.Fatalf("got %d starts of attempt 1, want 1", n)
+	}
+	if s, _ := f.status("w-1"); s.Code != protocol.CodeStopped {
+		t.Fatalf("got %s after the passes, want stopped", s.Code)
 	}
 }

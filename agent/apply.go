@@ -27,10 +27,15 @@ const (
 // observed is what the driver shows: a drivers.State, or absent.
 type observed string
 
-const absent observed = "absent"
-
-var observedStates = []observed{absent, observed(drivers.StateStarting), observed(drivers.StateRunning),
-	observed(drivers.StateStopping), observed(drivers.StateStopped), observed(drivers.StateExited), observed(drivers.StateFailed)}
+const (
+	absent   observed = "absent"
+	starting          = observed(drivers.StateStarting)
+	running           = observed(drivers.StateRunning)
+	stopping          = observed(drivers.StateStopping)
+	stopped           = observed(drivers.StateStopped)
+	exited            = observed(drivers.StateExited)
+	failed            = observed(drivers.StateFailed)
+)
 
 type action int
 
@@ -41,38 +46,75 @@ const (
 	remove
 )
 
-// transitions is the apply loop's table: what is wanted × what is observed
-// → what to do. Every pair has an entry (TestTransitionsComplete).
-var transitions = map[want]map[observed]action{
-	// A new attempt starts whatever the driver shows: Start restarts a
-	// stopped instance with its data, and is a no-op on a live one.
-	wantRunNew: all(start),
-	// A started attempt is never started again: its end is reported, and
-	// the hub decides whether there is a new attempt.
-	wantRunStarted: all(report),
-	wantPark: with(report, map[observed]action{
-		observed(drivers.StateStarting): stop,
-		observed(drivers.StateRunning):  stop,
-	}),
-	// Removal is the only way data is deleted.
-	wantRemove: with(remove, map[observed]action{absent: report}),
-	// What is not listed is stopped and kept: a list leaves a workload out
-	// only by mistake, and deleting data is never the safe guess.
-	wantUnlisted: with(report, map[observed]action{
-		observed(drivers.StateStarting): stop,
-		observed(drivers.StateRunning):  stop,
-	}),
+// cell is one entry of the transition table.
+type cell struct {
+	want     want
+	observed observed
 }
 
-func all(a action) map[observed]action { return with(a, nil) }
+// transitions is the apply loop's table: what is wanted × what is observed
+// → what to do. Every cell is written out, so a reader sees each decision
+// and a missing one fails TestTransitionsComplete, which enumerates the
+// modes and driver states on its own.
+var transitions = map[cell]action{
+	// A new attempt starts whatever the driver shows: Start restarts a
+	// stopped instance with its data, and is a no-op on a live one.
+	{wantRunNew, absent}:   start,
+	{wantRunNew, starting}: start,
+	{wantRunNew, running}:  start,
+	{wantRunNew, stopping}: start,
+	{wantRunNew, stopped}:  start,
+	{wantRunNew, exited}:   start,
+	{wantRunNew, failed}:   start,
 
-func with(def action, except map[observed]action) map[observed]action {
-	m := make(map[observed]action, len(observedStates))
-	for _, o := range observedStates {
-		m[o] = def
+	// A started attempt is never started again: its end is reported, and
+	// the hub decides whether there is a new attempt.
+	{wantRunStarted, absent}:   report,
+	{wantRunStarted, starting}: report,
+	{wantRunStarted, running}:  report,
+	{wantRunStarted, stopping}: report,
+	{wantRunStarted, stopped}:  report,
+	{wantRunStarted, exited}:   report,
+	{wantRunStarted, failed}:   report,
+
+	// Park stops what is live and keeps everything.
+	{wantPark, absent}:   report,
+	{wantPark, starting}: stop,
+	{wantPark, running}:  stop,
+	{wantPark, stopping}: report,
+	{wantPark, stopped}:  report,
+	{wantPark, exited}:   report,
+	{wantPark, failed}:   report,
+
+	// Removal is the only way data is deleted.
+	{wantRemove, absent}:   report,
+	{wantRemove, starting}: remove,
+	{wantRemove, running}:  remove,
+	{wantRemove, stopping}: remove,
+	{wantRemove, stopped}:  remove,
+	{wantRemove, exited}:   remove,
+	{wantRemove, failed}:   remove,
+
+	// What is not listed is stopped and kept: a list leaves a workload out
+	// only by mistake, and deleting data is never the safe guess (rule 3).
+	{wantUnlisted, absent}:   report,
+	{wantUnlisted, starting}: stop,
+	{wantUnlisted, running}:  stop,
+	{wantUnlisted, stopping}: report,
+	{wantUnlisted, stopped}:  report,
+	{wantUnlisted, exited}:   report,
+	{wantUnlisted, failed}:   report,
+}
+
+// decide reads the table. A cell that is missing does nothing: it is a bug
+// the completeness test catches, and doing nothing is the safe guess.
+func (a *Agent) decide(w want, o observed) action {
+	act, ok := transitions[cell{w, o}]
+	if !ok {
+		a.log.Error("no transition for this pair; doing nothing", "want", w, "observed", o)
+		return report
 	}
-	maps.Copy(m, except)
-	return m
+	return act
 }
 
 func (a *Agent) applyLoop(ctx context.Context) {
@@ -112,7 +154,7 @@ func (a *Agent) applyPass(ctx context.Context) (acted bool) {
 
 	have := map[string]instanceOf{}
 	listed := map[string]bool{} // drivers whose List answered
-	for _, d := range a.cfg.Drivers.All() {
+	for _, d := range a.cfg.Drivers.Offered() {
 		var list []drivers.Instance
 		err := a.calls.do(ctx, "list:"+d.Name(), a.cfg.DriverTimeout, func(ctx context.Context) (err error) {
 			list, err = d.List(ctx)
@@ -149,14 +191,8 @@ func (a *Agent) applyPass(ctx context.Context) (acted bool) {
 		if inDesired[id] {
 			continue
 		}
-		s := protocol.Status{Workload: id, Attempt: in.Attempt, Generation: gen, Code: protocol.CodeUnlisted}
-		if transitions[wantUnlisted][observed(in.State)] == stop {
-			a.log.Warn("stopping a workload desired state does not list; its data is kept", "workload", id, "driver", in.driver.Name())
-			if err := a.calls.do(ctx, id, a.cfg.DriverTimeout, func(ctx context.Context) error { return in.driver.Stop(ctx, id) }); err != nil {
-				s.Detail = err.Error()
-			}
-			acted = true
-		}
+		s, did := a.applyUnlisted(ctx, id, in, gen)
+		acted = acted || did
 		statuses[id] = s
 	}
 	if ctx.Err() != nil {
@@ -164,18 +200,47 @@ func (a *Agent) applyPass(ctx context.Context) (acted bool) {
 	}
 
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	// A workload whose driver did not answer keeps its last status.
 	for id, s := range a.statuses {
 		if _, ok := statuses[id]; !ok && inDesired[id] {
 			statuses[id] = s
 		}
 	}
-	if !maps.EqualFunc(statuses, a.statuses, sameStatus) || a.appliedGen != gen {
+	changed := !maps.EqualFunc(statuses, a.statuses, sameStatus)
+	if changed || a.appliedGen != gen {
 		a.statuses, a.appliedGen = statuses, gen
 		a.cutShortLocked()
 	}
+	var file []byte
+	if changed || a.errorsChanged {
+		file = a.statusFileLocked()
+		a.errorsChanged = false
+	}
+	a.mu.Unlock()
+	if file != nil {
+		a.writeStatusFile(file)
+	}
 	return acted
+}
+
+// applyUnlisted reconciles a workload the agent holds but desired state does
+// not list, through the same table as the listed ones.
+func (a *Agent) applyUnlisted(ctx context.Context, id string, in instanceOf, gen int64) (s protocol.Status, acted bool) {
+	s = protocol.Status{Workload: id, Attempt: in.Attempt, Generation: gen, Code: protocol.CodeUnlisted}
+	switch act := a.decide(wantUnlisted, observed(in.State)); act {
+	case stop:
+		a.log.Warn("stopping a workload desired state does not list; its data is kept", "workload", id, "driver", in.driver.Name())
+		if err := a.drive(ctx, "stop", in.driver, id, func(ctx context.Context) error { return in.driver.Stop(ctx, id) }); err != nil {
+			s.Detail = bounded(err.Error())
+		}
+		return s, true
+	case report:
+	default:
+		// Rule 3: what is not listed is never started or deleted,
+		// whatever the table says.
+		a.log.Error("the transition table asks to start or remove an unlisted workload; doing nothing", "workload", id, "action", act)
+	}
+	return s, false
 }
 
 func sameStatus(x, y protocol.Status) bool {
@@ -189,8 +254,20 @@ func sameStatus(x, y protocol.Status) bool {
 func (a *Agent) applyOne(ctx context.Context, dw protocol.DesiredWorkload, gen int64, have map[string]instanceOf,
 	listed map[string]bool, all []protocol.DesiredWorkload) (s protocol.Status, acted, ok bool) {
 	s = protocol.Status{Workload: dw.ID, Attempt: dw.Attempt, Mode: dw.Mode, Generation: gen}
+	a.mu.Lock()
+	h := a.state.Workloads[dw.ID]
+	a.mu.Unlock()
 	in, has := have[dw.ID]
+	if !has && h != nil && !a.cfg.Drivers.IsOffered(h.Driver) {
+		// Its runtime stopped answering, or this agent no longer has
+		// the driver: the instance and its data may well still be there,
+		// so it is lost, never stopped or removed, until the driver
+		// answers again.
+		s.Code, s.Detail = protocol.CodeLost, bounded("its driver "+h.Driver+" does not answer; "+NoRuntimeNote([]string{h.Driver}))
+		return s, false, true
+	}
 	d, known := a.cfg.Drivers.Get(dw.Driver)
+	known = known && a.cfg.Drivers.IsOffered(dw.Driver)
 	if has {
 		// Whatever the hub now says, the instance lives with the driver
 		// that holds it.
@@ -201,6 +278,8 @@ func (a *Agent) applyOne(ctx context.Context, dw protocol.DesiredWorkload, gen i
 			s.Code = protocol.CodeRefusedDriverMissing
 			return s, false, true
 		}
+		// Nothing of it is held here: it is as parked or removed as it
+		// can be.
 		s.Code = map[protocol.Mode]protocol.Code{protocol.ModePark: protocol.CodeStopped, protocol.ModeRemove: protocol.CodeRemoved}[dw.Mode]
 		return s, false, true
 	}
@@ -216,10 +295,6 @@ func (a *Agent) applyOne(ctx context.Context, dw protocol.DesiredWorkload, gen i
 		a.mu.Unlock()
 		return last, false, ok
 	}
-
-	a.mu.Lock()
-	h := a.state.Workloads[dw.ID]
-	a.mu.Unlock()
 
 	o := absent
 	if has {
@@ -241,7 +316,7 @@ func (a *Agent) applyOne(ctx context.Context, dw protocol.DesiredWorkload, gen i
 		}
 	}
 
-	switch transitions[w][o] {
+	switch a.decide(w, o) {
 	case start:
 		if other := a.gpuHolder(dw, have, all); other != "" {
 			s.Code, s.Detail = protocol.CodeWaitingGPU, "its GPU is still held by "+other
@@ -255,10 +330,10 @@ func (a *Agent) applyOne(ctx context.Context, dw protocol.DesiredWorkload, gen i
 			return s, false, true
 		}
 		spec := drivers.Spec{Workload: dw.ID, Attempt: dw.Attempt, Kind: dw.Kind, Image: dw.Image, Resources: dw.Resources}
-		err := a.calls.do(ctx, dw.ID, a.cfg.DriverTimeout, func(ctx context.Context) error { return d.Start(ctx, spec) })
+		err := a.drive(ctx, "start", d, dw.ID, func(ctx context.Context) error { return d.Start(ctx, spec) })
 		s.Code = protocol.CodeStarting
 		if err != nil {
-			s.Detail = err.Error()
+			s.Detail = bounded(err.Error())
 			if !errors.Is(err, errTimeout) && !errors.Is(err, errBusy) && ctx.Err() == nil {
 				s.Code = protocol.CodeFailedStart
 				a.recordStartFailure(dw.ID, bounded(err.Error()))
@@ -266,17 +341,17 @@ func (a *Agent) applyOne(ctx context.Context, dw protocol.DesiredWorkload, gen i
 		}
 		return s, true, true
 	case stop:
-		err := a.calls.do(ctx, dw.ID, a.cfg.DriverTimeout, func(ctx context.Context) error { return d.Stop(ctx, dw.ID) })
+		err := a.drive(ctx, "stop", d, dw.ID, func(ctx context.Context) error { return d.Stop(ctx, dw.ID) })
 		s.Code = protocol.CodeStopping
 		if err != nil {
-			s.Detail = err.Error()
+			s.Detail = bounded(err.Error())
 		}
 		return s, true, true
 	case remove:
-		err := a.calls.do(ctx, dw.ID, a.cfg.DriverTimeout, func(ctx context.Context) error { return d.Remove(ctx, dw.ID) })
+		err := a.drive(ctx, "remove", d, dw.ID, func(ctx context.Context) error { return d.Remove(ctx, dw.ID) })
 		s.Code = protocol.CodeRemoving
 		if err != nil {
-			s.Detail = err.Error()
+			s.Detail = bounded(err.Error())
 		}
 		return s, true, true
 	}
@@ -289,7 +364,7 @@ func (a *Agent) applyOne(ctx context.Context, dw protocol.DesiredWorkload, gen i
 		}
 	case wantPark:
 		s.Code = protocol.CodeStopped
-		if o == observed(drivers.StateStopping) {
+		if o == stopping {
 			s.Code = protocol.CodeStopping
 		}
 	case wantRemove:
@@ -297,6 +372,20 @@ func (a *Agent) applyOne(ctx context.Context, dw protocol.DesiredWorkload, gen i
 		a.forget(dw.ID)
 	}
 	return s, false, true
+}
+
+// drive makes one driver call for a workload, bounded in time. A failure is
+// logged on the machine, where its owner can read it, and kept as the
+// workload's last error for `einsora-agent status`: the hub shows only its
+// fixed reasons.
+func (a *Agent) drive(ctx context.Context, op string, d drivers.Driver, workload string, fn func(context.Context) error) error {
+	err := a.calls.do(ctx, workload, a.cfg.DriverTimeout, fn)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	a.log.Warn("driver call failed", "op", op, "workload", workload, "driver", d.Name(), "err", err)
+	a.noteError(workload, DriverError{Op: op, Driver: d.Name(), Error: bounded(err.Error()), At: a.clk.Now().UTC()})
+	return err
 }
 
 // observeRun says what became of an attempt that was started.

@@ -14,6 +14,7 @@ import (
 	"github.com/gofrs/flock"
 
 	"einsora.dev/edge/drivers"
+	"einsora.dev/edge/drivers/sim"
 	"einsora.dev/edge/protocol"
 )
 
@@ -51,6 +52,7 @@ func Doctor(ctx context.Context, cfg DoctorConfig) []Check {
 		checkStateDir(cfg.StateDir),
 		checkMachineID(cfg.StateDir),
 		checkRunning(cfg.StateDir),
+		checkRevoked(cfg.StateDir),
 		checkDisk(cfg.StateDir),
 	}
 	if cfg.Drivers != nil {
@@ -135,8 +137,19 @@ func checkRunning(dir string) Check {
 	return c
 }
 
+func checkRevoked(dir string) Check {
+	c := Check{Name: "revocation", Verdict: OK, Detail: "the hub has not refused this machine as revoked"}
+	if r := readRevoked(dir); r != nil {
+		c.Verdict, c.Detail, c.Fix = Fail, "the hub revoked this machine at "+r.At.Format(time.RFC3339), r.Message
+	}
+	return c
+}
+
+// checkDrivers probes each driver. One that does not answer is a warning;
+// none answering fails, since the hub can then place nothing here.
 func checkDrivers(ctx context.Context, host *drivers.Host) []Check {
 	var out []Check
+	answering := 0
 	for _, d := range host.All() {
 		c := Check{Name: "driver " + d.Name(), Verdict: OK, Detail: "answers, isolation " + d.Isolation().String()}
 		if p, ok := d.(drivers.Prober); ok {
@@ -148,7 +161,18 @@ func checkDrivers(ctx context.Context, host *drivers.Host) []Check {
 				c.Fix = "start its runtime (e.g. the Docker Engine), or leave it out of --drivers"
 			}
 		}
+		if c.Verdict == OK {
+			answering++
+			if d.Name() == sim.Name {
+				c.Verdict, c.Detail = Warn, "sim runs nothing: for development and demos only"
+				c.Fix = "offer a real runtime (--drivers auto) on a machine that runs real workloads"
+			}
+		}
 		out = append(out, c)
+	}
+	if answering == 0 {
+		out = append(out, Check{Name: "drivers", Verdict: Fail, Detail: "no driver answers: the agent syncs, but the hub can place nothing here",
+			Fix: NoRuntimeNote(host.Names())})
 	}
 	return out
 }

@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"einsora.dev/edge/clock"
@@ -42,9 +44,30 @@ func TestDoctor(t *testing.T) {
 		d, _ := sim.New(filepath.Join(dir, "sim"), clock.Real{})
 		checks := Doctor(context.Background(), DoctorConfig{StateDir: dir, Drivers: drivers.NewHost(d), Inventory: inv})
 		v := verdicts(t, checks)
-		for _, name := range []string{"state directory", "machine id", "agent running", "driver sim", "inventory"} {
+		for _, name := range []string{"state directory", "machine id", "agent running", "inventory"} {
 			if v[name] != OK {
 				t.Errorf("%s: got %s, want ok (%+v)", name, v[name], checks)
+			}
+		}
+		if v["driver sim"] != Warn || Failed(checks) {
+			t.Errorf("sim: got %s, want a warning that it runs nothing and no failure (%+v)", v["driver sim"], checks)
+		}
+	})
+	t.Run("no_runtime_fails_with_the_fix", func(t *testing.T) {
+		t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "no-docker.sock"))
+		dir := t.TempDir()
+		host, closeAll, err := BuildDrivers(context.Background(), "auto", dir, "m-1", clock.Real{}, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeAll()
+		checks := Doctor(context.Background(), DoctorConfig{StateDir: dir, Drivers: host})
+		if verdicts(t, checks)["drivers"] != Fail || !Failed(checks) {
+			t.Fatalf("no runtime answering: got %+v, want the drivers check to fail", checks)
+		}
+		for _, c := range checks {
+			if c.Name == "drivers" && !strings.Contains(c.Fix, "start Docker") {
+				t.Errorf("fix %q does not say to start Docker", c.Fix)
 			}
 		}
 	})

@@ -133,6 +133,9 @@ func Enroll(ctx context.Context, opts EnrollOptions) (*Enrollment, error) {
 			return nil, fmt.Errorf("enrol: save %s: %w", f.name, err)
 		}
 	}
+	if err := clearRevoked(dir); err != nil {
+		return nil, fmt.Errorf("enrol: %w", err)
+	}
 	return e, nil
 }
 

@@ -66,7 +66,18 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			a.mu.Lock()
 			first := a.lastSyncErr == nil
 			a.lastSyncErr = err
+			wasRevoked := a.revoked
+			a.revoked = isRevoked(err) || wasRevoked && stillRefused(err)
+			revoked := a.revoked
 			a.mu.Unlock()
+			if revoked {
+				if !wasRevoked {
+					a.revokedNow(err)
+				}
+				a.log.Debug("still revoked", "err", err, "retry_in", RevokedRetry)
+				clock.Sleep(a.clk, RevokedRetry, ctx.Done())
+				continue
+			}
 			wait := bo.Next()
 			if first {
 				a.log.Warn("sync failed; retrying with backoff, still applying the last desired state", "err", err, "wait", wait)
@@ -126,6 +137,13 @@ func (a *Agent) accept(resp *protocol.SyncResponse, req *protocol.SyncRequest) e
 	if a.lastSyncErr != nil {
 		a.log.Info("sync recovered")
 	}
+	if a.revoked {
+		a.revoked = false
+		a.log.Info("the hub accepts this machine again")
+		if err := clearRevoked(a.cfg.StateDir); err != nil {
+			a.log.Warn("cannot clear the revocation for einsora-agent status", "err", err)
+		}
+	}
 	if now.Sub(a.lastSync) >= statusEvery {
 		// For `einsora-agent status`, which runs apart from the agent;
 		// written at most once a minute so an idle agent does not write
@@ -167,4 +185,18 @@ func (a *Agent) accept(resp *protocol.SyncResponse, req *protocol.SyncRequest) e
 	default:
 	}
 	return nil
+}
+
+// revokedNow says once, at ERROR, that the hub revoked this machine and what
+// to do, and records it for `status` and `doctor`.
+func (a *Agent) revokedNow(err error) {
+	hubURL := ""
+	if e, rerr := ReadEnrollment(a.cfg.StateDir); rerr == nil {
+		hubURL = e.HubURL
+	}
+	help := revokedHelp(hubURL)
+	a.log.Error(help, "err", err, "retry_every", RevokedRetry)
+	if werr := writeRevoked(a.cfg.StateDir, Revocation{At: a.clk.Now().UTC(), Message: help}); werr != nil {
+		a.log.Warn("cannot record the revocation for einsora-agent status", "err", werr)
+	}
 }

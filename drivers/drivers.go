@@ -1,6 +1,7 @@
 // Package drivers is the contract between the agent's apply loop and the
 // runtimes that run workloads. One sub-package per driver implements it:
-// sim (development), docker, vz (darwin), macosnative (darwin). A driver
+// sim (development only; it runs nothing), docker (docker and
+// docker-sandbox), macosnative (darwin). A driver
 // knows nothing of the hub: it is told what to run and reports what it has.
 package drivers
 
@@ -8,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"sync"
 
 	"einsora.dev/edge/protocol"
 )
@@ -95,7 +97,8 @@ type Driver interface {
 }
 
 // Prober is implemented by drivers that can be unavailable (an engine that
-// is down). The agent offers only drivers whose Probe succeeds.
+// is down). The agent offers only drivers whose Probe succeeds, and probes
+// again on every inventory refresh.
 type Prober interface {
 	Probe(ctx context.Context) error
 }
@@ -104,27 +107,35 @@ type Prober interface {
 // does not answer, rather than that this one workload failed.
 var ErrUnavailable = errors.New("driver unavailable")
 
-// Host knows which drivers this machine has.
+// Host knows which drivers this machine has, and which of them are offered
+// now: a driver's runtime can stop answering (the engine stopped) and come
+// back (Docker Desktop opened at login), so the offered set changes while
+// the drivers stay. It is safe for concurrent use.
 type Host struct {
 	byName map[string]Driver
+	// mu guards offered.
+	mu      sync.RWMutex
+	offered map[string]bool
 }
 
-// NewHost returns a host offering ds. Names must be distinct.
+// NewHost returns a host with ds, every one offered until Offer says
+// otherwise. Names must be distinct.
 func NewHost(ds ...Driver) *Host {
-	h := &Host{byName: make(map[string]Driver, len(ds))}
+	h := &Host{byName: make(map[string]Driver, len(ds)), offered: make(map[string]bool, len(ds))}
 	for _, d := range ds {
 		h.byName[d.Name()] = d
+		h.offered[d.Name()] = true
 	}
 	return h
 }
 
-// Get returns the driver called name.
+// Get returns the driver called name, offered or not.
 func (h *Host) Get(name string) (Driver, bool) {
 	d, ok := h.byName[name]
 	return d, ok
 }
 
-// Names returns the drivers' names, sorted.
+// Names returns the drivers' names, offered or not, sorted.
 func (h *Host) Names() []string {
 	names := make([]string, 0, len(h.byName))
 	for n := range h.byName {
@@ -134,11 +145,58 @@ func (h *Host) Names() []string {
 	return names
 }
 
-// All returns the drivers, sorted by name.
+// All returns the drivers, offered or not, sorted by name.
 func (h *Host) All() []Driver {
 	ds := make([]Driver, 0, len(h.byName))
 	for _, n := range h.Names() {
 		ds = append(ds, h.byName[n])
+	}
+	return ds
+}
+
+// Offer makes names, those of them the host has, the offered set. It
+// returns the names that were added and dropped, sorted.
+func (h *Host) Offer(names ...string) (added, dropped []string) {
+	next := make(map[string]bool, len(names))
+	for _, n := range names {
+		if _, ok := h.byName[n]; ok {
+			next[n] = true
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for n := range next {
+		if !h.offered[n] {
+			added = append(added, n)
+		}
+	}
+	for n := range h.offered {
+		if !next[n] {
+			dropped = append(dropped, n)
+		}
+	}
+	h.offered = next
+	sort.Strings(added)
+	sort.Strings(dropped)
+	return added, dropped
+}
+
+// IsOffered reports whether the driver called name is offered now.
+func (h *Host) IsOffered(name string) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.offered[name]
+}
+
+// Offered returns the drivers offered now, sorted by name.
+func (h *Host) Offered() []Driver {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	ds := make([]Driver, 0, len(h.offered))
+	for _, n := range h.Names() {
+		if h.offered[n] {
+			ds = append(ds, h.byName[n])
+		}
 	}
 	return ds
 }

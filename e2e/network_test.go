@@ -192,10 +192,14 @@ func TestNetworkedAgentEnrolsAndRunsAWorkload(t *testing.T) {
 	for _, c := range checks {
 		verdicts[c.Name] = c.Verdict
 	}
-	for _, name := range []string{"agent running", "enrolment", "certificate", "hub reachable", "driver sim"} {
+	for _, name := range []string{"agent running", "enrolment", "certificate", "hub reachable", "revocation"} {
 		if verdicts[name] != "ok" {
 			t.Errorf("doctor: %s is %q, want ok (%s)", name, verdicts[name], out)
 		}
+	}
+	// sim answers but runs nothing: a warning, never a pass.
+	if verdicts["driver sim"] != "warn" {
+		t.Errorf("doctor: driver sim is %q, want warn (%s)", verdicts["driver sim"], out)
 	}
 
 	// Revoked, the agent is cut off at once and says what to do.

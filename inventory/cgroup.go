@@ -33,9 +33,9 @@ func cgroupCPULimit(p *Prober) (int, error) {
 		var quota, period float64
 		var err error
 		if v2 {
-			quota, period, err = readCPUMax(filepath.Join(dir, "cpu.max"))
+			quota, period, err = readCPUMax(p, filepath.Join(dir, "cpu.max"))
 		} else {
-			quota, period, err = readCFS(dir)
+			quota, period, err = readCFS(p, dir)
 		}
 		if err != nil || quota <= 0 || period <= 0 {
 			return err
@@ -55,8 +55,8 @@ func cgroupCPULimit(p *Prober) (int, error) {
 }
 
 // readCPUMax reads cgroup v2 cpu.max: "max 100000" or "150000 100000".
-func readCPUMax(path string) (quota, period float64, err error) {
-	line, err := readLine(path)
+func readCPUMax(p *Prober, path string) (quota, period float64, err error) {
+	line, err := p.readLine(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, 0, nil
 	}
@@ -77,8 +77,8 @@ func readCPUMax(path string) (quota, period float64, err error) {
 
 // readCFS reads cgroup v1 cpu.cfs_quota_us (-1 for none) and
 // cpu.cfs_period_us.
-func readCFS(dir string) (quota, period float64, err error) {
-	q, err := readLine(filepath.Join(dir, "cpu.cfs_quota_us"))
+func readCFS(p *Prober, dir string) (quota, period float64, err error) {
+	q, err := p.readLine(filepath.Join(dir, "cpu.cfs_quota_us"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, 0, nil
 	}
@@ -91,7 +91,7 @@ func readCFS(dir string) (quota, period float64, err error) {
 	if quota <= 0 {
 		return 0, 0, nil
 	}
-	per, err := readLine(filepath.Join(dir, "cpu.cfs_period_us"))
+	per, err := p.readLine(filepath.Join(dir, "cpu.cfs_period_us"))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -110,7 +110,7 @@ func cgroupMemoryLimit(p *Prober) (uint64, error) {
 		if v2 {
 			name, unlimited = "memory.max", "max"
 		}
-		line, err := readLine(filepath.Join(dir, name))
+		line, err := p.readLine(filepath.Join(dir, name))
 		if errors.Is(err, fs.ErrNotExist) || line == unlimited {
 			return nil
 		}
@@ -137,7 +137,7 @@ func cgroupMemoryLimit(p *Prober) (uint64, error) {
 // /proc/self/cgroup there is nothing to walk and no error: not every
 // machine has cgroups.
 func walkCgroup(p *Prober, controller string, visit func(dir string, v2 bool) error) error {
-	data, err := os.ReadFile(p.path("/proc/self/cgroup"))
+	data, err := p.readFile(p.path("/proc/self/cgroup"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

@@ -73,6 +73,11 @@ func TestProbeDarwin(t *testing.T) {
 			"sw_vers -productVersion":                  "sw-vers-product-version.txt",
 		}},
 		{"darwin-nothing-answers", "arm64", fakeSysctl{}, nil},
+		// A macOS guest: a "(Virtual)" brand, an empty GPU list, no AGX.
+		{"darwin-vm-guest", "arm64", appleSysctl("Apple M2 (Virtual)", 4, 0, 8, "15.3"), fakeCommands{
+			"system_profiler SPDisplaysDataType -json": "system-profiler-displays-vm-empty.json",
+			"ioreg -rc AGXAccelerator":                 "ioreg-empty.txt",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -75,7 +75,7 @@ func probeDocker(ctx context.Context, p *Prober) (func(*protocol.Inventory), err
 
 	// The two calls go out together: on a busy engine each takes tens of
 	// milliseconds, most of a probe's time.
-	var version struct{ Version string }
+	var version engineVersion
 	var info struct {
 		Runtimes map[string]json.RawMessage
 	}
@@ -90,10 +90,10 @@ func probeDocker(ctx context.Context, p *Prober) (func(*protocol.Inventory), err
 	if versionErr != nil {
 		return nil, versionErr
 	}
-	if version.Version == "" {
+	d := version.docker()
+	if d.Version == "" {
 		return nil, errors.New("docker /version: no version")
 	}
-	d := &protocol.Docker{Version: version.Version}
 	for name := range info.Runtimes {
 		d.Runtimes = append(d.Runtimes, name)
 	}
@@ -116,8 +116,57 @@ func dockerGet(ctx context.Context, p *Prober, client *http.Client, path string,
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("docker %s: %s", path, resp.Status)
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxDockerBody)).Decode(v); err != nil {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDockerBody+1))
+	if err == nil && len(body) > maxDockerBody {
+		err = fmt.Errorf("over %d bytes", maxDockerBody)
+	}
+	if p.rec != nil {
+		p.rec.record("docker"+path, body, err)
+	}
+	if err != nil {
+		return fmt.Errorf("docker %s: read: %w", path, err)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
 		return fmt.Errorf("docker %s: decode: %w", path, err)
 	}
 	return nil
+}
+
+// engineVersion is the part of GET /version that tells engines apart.
+type engineVersion struct {
+	Version  string
+	Platform struct{ Name string }
+	// Components are e.g. "Engine", "containerd" (Docker) or "Podman
+	// Engine", "Conmon" (Podman).
+	Components []struct{ Name, Version string }
+}
+
+// docker tells which engine answered: Podman names a "Podman Engine"
+// component; Docker Desktop names itself in Platform.Name; anything else
+// speaking the API is taken for Docker. The version is kept as reported
+// ("master" from a development build): it is never read as a number.
+func (v engineVersion) docker() *protocol.Docker {
+	d := &protocol.Docker{
+		Version:  strings.TrimSpace(v.Version),
+		Kind:     protocol.EngineDocker,
+		Platform: strings.TrimSpace(v.Platform.Name),
+	}
+	engine := ""
+	for _, c := range v.Components {
+		switch {
+		case strings.Contains(strings.ToLower(c.Name), "podman"):
+			d.Kind, engine = protocol.EnginePodman, c.Version
+		case c.Name == "Engine" && engine == "":
+			engine = c.Version
+		}
+	}
+	if d.Kind != protocol.EnginePodman && strings.HasPrefix(d.Platform, "Docker Desktop") {
+		d.Kind = protocol.EngineDockerDesktop
+	}
+	if d.Version == "" {
+		d.Version = strings.TrimSpace(engine)
+	}
+	d.Version = truncate(d.Version, 64)
+	d.Platform = truncate(d.Platform, 128)
+	return d
 }

@@ -54,13 +54,13 @@ func TestProbeDocker(t *testing.T) {
 	}{
 		{"engine_with_nvidia_and_runsc", func(t *testing.T) string {
 			return "unix://" + serveDocker(t, "docker-version.json", "docker-info-runtimes-nvidia-runsc.json")
-		}, &protocol.Docker{Version: "27.3.1", Runtimes: []string{"io.containerd.runc.v2", "nvidia", "runc", "runsc"}}, ""},
+		}, &protocol.Docker{Version: "27.3.1", Kind: "docker", Platform: "Docker Engine - Community", Runtimes: []string{"io.containerd.runc.v2", "nvidia", "runc", "runsc"}}, ""},
 		{"bare_socket_path", func(t *testing.T) string {
 			return serveDocker(t, "docker-version.json", "docker-info-runtimes-nvidia-runsc.json")
-		}, &protocol.Docker{Version: "27.3.1", Runtimes: []string{"io.containerd.runc.v2", "nvidia", "runc", "runsc"}}, ""},
+		}, &protocol.Docker{Version: "27.3.1", Kind: "docker", Platform: "Docker Engine - Community", Runtimes: []string{"io.containerd.runc.v2", "nvidia", "runc", "runsc"}}, ""},
 		{"info_fails_version_kept", func(t *testing.T) string {
 			return "unix://" + serveDocker(t, "docker-version.json", "")
-		}, &protocol.Docker{Version: "27.3.1"}, "docker: docker /info: 500 Internal Server Error"},
+		}, &protocol.Docker{Version: "27.3.1", Kind: "docker", Platform: "Docker Engine - Community"}, "docker: docker /info: 500 Internal Server Error"},
 		{"version_fails", func(t *testing.T) string {
 			return "unix://" + serveDocker(t, "", "")
 		}, nil, "docker: docker /version: 500 Internal Server Error"},
@@ -68,6 +68,19 @@ func TestProbeDocker(t *testing.T) {
 			return "unix://" + filepath.Join(t.TempDir(), "docker.sock")
 		}, nil, "docker: docker /version: "},
 		{"unsupported_scheme", func(t *testing.T) string { return "ssh://me@host" }, nil, `docker: docker host "ssh://me@host": unsupported scheme`},
+		// Engines told apart by /version, shaped like real answers.
+		{"podman_5", func(t *testing.T) string {
+			return "unix://" + serveDocker(t, "docker-version-podman-5.json", "docker-info-podman-5.json")
+		}, &protocol.Docker{Version: "5.4.1", Kind: "podman", Platform: "linux/amd64/fedora-41", Runtimes: []string{"crun", "crun-vm", "runc", "runsc"}}, ""},
+		{"docker_desktop", func(t *testing.T) string {
+			return "unix://" + serveDocker(t, "docker-version-desktop.json", "docker-info-runtimes-nvidia-runsc.json")
+		}, &protocol.Docker{Version: "27.5.1", Kind: "docker-desktop", Platform: "Docker Desktop 4.38.0 (181591)", Runtimes: []string{"io.containerd.runc.v2", "nvidia", "runc", "runsc"}}, ""},
+		{"docker_desktop_master_reported_as_such", func(t *testing.T) string {
+			return "unix://" + serveDocker(t, "docker-version-desktop-master.json", "docker-info-runtimes-nvidia-runsc.json")
+		}, &protocol.Docker{Version: "master", Kind: "docker-desktop", Platform: "Docker Desktop 4.40.0 (186969)", Runtimes: []string{"io.containerd.runc.v2", "nvidia", "runc", "runsc"}}, ""},
+		{"engine_without_platform", func(t *testing.T) string {
+			return "unix://" + serveDocker(t, "docker-version-engine-only.json", "docker-info-runtimes-nvidia-runsc.json")
+		}, &protocol.Docker{Version: "26.1.5+dfsg1", Kind: "docker", Runtimes: []string{"io.containerd.runc.v2", "nvidia", "runc", "runsc"}}, ""},
 		{"default_socket_missing_is_no_docker", func(t *testing.T) string { return "" }, nil, ""},
 	}
 	for _, tt := range tests {

@@ -39,7 +39,7 @@ func probeDRM(_ context.Context, p *Prober) (func(*protocol.Inventory), error) {
 			continue
 		}
 		dev := filepath.Join(p.path("/sys/class/drm"), e.Name(), "device")
-		vendor, err := readLine(filepath.Join(dev, "vendor"))
+		vendor, err := p.readLine(filepath.Join(dev, "vendor"))
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, fmt.Errorf("read %s vendor: %w", e.Name(), err))
@@ -49,10 +49,10 @@ func probeDRM(_ context.Context, p *Prober) (func(*protocol.Inventory), error) {
 		var gpu protocol.GPU
 		switch vendor {
 		case vendorAMD:
-			gpu = drmGPU(dev, "amd", "AMD GPU")
+			gpu = drmGPU(p, dev, "amd", "AMD GPU")
 			amd++
 		case vendorIntel:
-			gpu = drmGPU(dev, "intel", "Intel GPU")
+			gpu = drmGPU(p, dev, "intel", "Intel GPU")
 		default:
 			continue
 		}
@@ -72,9 +72,9 @@ func probeDRM(_ context.Context, p *Prober) (func(*protocol.Inventory), error) {
 // drmGPU reads what sysfs says of one PCI GPU. amdgpu exposes its VRAM,
 // a serial (unique_id) and on some boards a product name; i915 and xe
 // expose none of these, so Intel GPUs show their PCI device ID.
-func drmGPU(dev, vendor, fallbackModel string) protocol.GPU {
+func drmGPU(p *Prober, dev, vendor, fallbackModel string) protocol.GPU {
 	read := func(name string) string {
-		s, _ := readLine(filepath.Join(dev, name))
+		s, _ := p.readLine(filepath.Join(dev, name))
 		return s
 	}
 	gpu := protocol.GPU{Vendor: vendor, Model: read("product_name")}
@@ -86,15 +86,15 @@ func drmGPU(dev, vendor, fallbackModel string) protocol.GPU {
 	}
 	gpu.ID = read("unique_id")
 	if gpu.ID == "" {
-		gpu.ID = pciSlot(dev)
+		gpu.ID = pciSlot(p, dev)
 	}
 	return gpu
 }
 
 // pciSlot returns the device's PCI address, e.g. "0000:03:00.0", from its
 // uevent, or from where its sysfs link points.
-func pciSlot(dev string) string {
-	data, _ := os.ReadFile(filepath.Join(dev, "uevent"))
+func pciSlot(p *Prober, dev string) string {
+	data, _ := p.readFile(filepath.Join(dev, "uevent"))
 	for line := range strings.Lines(string(data)) {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "PCI_SLOT_NAME="); ok {
 			return v

@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,6 +106,8 @@ func TestParseBadOutput(t *testing.T) {
 func FuzzParsers(f *testing.F) {
 	for _, name := range []string{
 		"nvidia-smi-1gpu-rtx4090.xml", "system-profiler-displays-m3-max.json",
+		"nvidia-smi-2gpu-a100-mig.xml", "nvidia-smi-L-2gpu-a100-mig.txt",
+		"docker-version-podman-5.json", "docker-version-desktop-master.json",
 		"system-profiler-displays-intel-mac-radeon.json", "ioreg-agx-m2-pro.txt",
 	} {
 		data, err := os.ReadFile(filepath.Join("testdata", name))
@@ -122,6 +125,21 @@ func FuzzParsers(f *testing.F) {
 				}
 			}
 		}
+		// The same bytes as XML and as the listing, each half as each.
+		half := len(data) / 2
+		for _, g := range append(must(parseNVIDIA(data, data)), must(parseNVIDIA(data[:half], data[half:]))...) {
+			if g.Parent != "" && (g.ID == "" || g.MIGMode != "") {
+				t.Fatalf("got MIG device %+v, want an ID and no MIG mode", g)
+			}
+		}
+		parseNVIDIAListing(data)
+		var v engineVersion
+		if json.Unmarshal(data, &v) == nil {
+			if d := v.docker(); d.Kind == "" || len(d.Version) > 64 {
+				t.Fatalf("got engine %+v, want a kind and a bounded version", d)
+			}
+		}
+		newRedactor(newCaptureRecorder(), protocol.Inventory{Hostname: string(data[:min(len(data), 8)])}, nil).redact(data)
 		parseNVIDIAInformation(data, 0)
 		parseOSRelease(data)
 		parseCPUModel(data)
@@ -129,3 +147,5 @@ func FuzzParsers(f *testing.F) {
 		countCPUList(string(data))
 	})
 }
+
+func must[T any](v T, _ error) T { return v }

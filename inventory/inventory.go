@@ -63,6 +63,7 @@ type Prober struct {
 	probers      []prober      // the platform's probers, run concurrently
 	clock        clock.Clock   // drives Watch
 	hostname     func() string // live fallback for the hostname
+	rec          recorder      // set by Capture: keeps what probes read
 }
 
 // prober finds one part of the inventory. It returns a function that writes
@@ -98,7 +99,7 @@ func New(opts Options) *Prober {
 		goarch:  runtime.GOARCH,
 		live:    root == "/",
 		run:     execRunner,
-		probers: platformProbers(),
+		probers: platformProbers(nil),
 		clock:   clock.Real{},
 	}
 	if p.live {

@@ -102,12 +102,39 @@ func TestParseCPUModel(t *testing.T) {
 	}{
 		{"x86_model_name", "processor\t: 0\nmodel name\t: AMD EPYC 9654 96-Core Processor\n", "AMD EPYC 9654 96-Core Processor"},
 		{"arm_neoverse_v2", "processor\t: 0\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f\n", "Arm Neoverse-V2"},
-		{"arm_unknown_part", "CPU implementer\t: 0xc0\nCPU part\t: 0xac3\n", "Arm implementer 0xc0 part 0xac3"},
+		{"arm_unknown_part", "CPU implementer\t: 0xc0\nCPU part\t: 0xfff\n", "Arm implementer 0xc0 part 0xfff"},
 		{"nothing", "processor\t: 0\n", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := parseCPUModel([]byte(tt.in)); got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestParseCPUModelArm reads arm64 cpuinfo shaped like real machines':
+// known parts named, big cores first with each cluster's count.
+func TestParseCPUModelArm(t *testing.T) {
+	tests := []struct{ file, want string }{
+		{"cpuinfo-rpi4.txt", "Cortex-A72"},
+		{"cpuinfo-rpi5.txt", "Cortex-A76"},
+		{"cpuinfo-graviton2.txt", "Arm Neoverse-N1"},
+		{"cpuinfo-graviton3.txt", "Arm Neoverse-V1"},
+		{"cpuinfo-ampere-altra.txt", "Arm Neoverse-N1"},
+		{"cpuinfo-ampereone.txt", "AmpereOne"},
+		{"cpuinfo-a64fx.txt", "Fujitsu A64FX"},
+		{"cpuinfo-thunderx2.txt", "Cavium ThunderX2"},
+		{"cpuinfo-phone-x1-a78-a55.txt", "Cortex-X1 ×1 + Cortex-A78 ×3 + Cortex-A55 ×4"},
+		{"cpuinfo-asahi-m1.txt", "Apple Firestorm ×4 + Apple Icestorm ×4"},
+		// An unknown part keeps its numbers and, of no known size, comes
+		// after the known ones.
+		{"cpuinfo-unknown-part.txt", "Cortex-A55 ×2 + Arm implementer 0x51 part 0x001 ×2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			if got := parseCPUModel(readTestdata(t, tt.file)); got != tt.want {
 				t.Errorf("got %q, want %q", got, tt.want)
 			}
 		})

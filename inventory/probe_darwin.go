@@ -7,7 +7,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func platformProbers() []prober { return darwinProbers(unixSysctl{}) }
+// platformProbers on macOS read sysctl values, recorded when rec is set.
+func platformProbers(rec recorder) []prober {
+	if rec != nil {
+		return darwinProbers(recordingSysctl{unixSysctl{}, rec})
+	}
+	return darwinProbers(unixSysctl{})
+}
 
 // unixSysctl reads the kernel's sysctl values without cgo.
 type unixSysctl struct{}

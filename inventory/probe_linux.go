@@ -1,3 +1,5 @@
 package inventory
 
-func platformProbers() []prober { return linuxProbers() }
+// platformProbers on Linux read files through the Prober, which records
+// them itself.
+func platformProbers(recorder) []prober { return linuxProbers() }

@@ -11,7 +11,7 @@ import (
 
 // platformProbers on an OS the agent does not support says so, rather than
 // reporting an empty machine.
-func platformProbers() []prober {
+func platformProbers(recorder) []prober {
 	return []prober{{"os", func(context.Context, *Prober) (func(*protocol.Inventory), error) {
 		return nil, errors.New("unsupported OS: nothing probed")
 	}}}

@@ -36,11 +36,11 @@ func probeLinuxHost(_ context.Context, p *Prober) (func(*protocol.Inventory), er
 		errs = append(errs, err)
 	}
 	// /proc/sys/kernel/osrelease is what uname(2) reports as the release.
-	kernel, err := readLine(p.path("/proc/sys/kernel/osrelease"))
+	kernel, err := p.readLine(p.path("/proc/sys/kernel/osrelease"))
 	if err != nil {
 		errs = append(errs, fmt.Errorf("read kernel release: %w", err))
 	}
-	hostname, err := readLine(p.path("/proc/sys/kernel/hostname"))
+	hostname, err := p.readLine(p.path("/proc/sys/kernel/hostname"))
 	if err != nil && p.hostname != nil {
 		hostname, err = p.hostname(), nil
 	}
@@ -48,7 +48,7 @@ func probeLinuxHost(_ context.Context, p *Prober) (func(*protocol.Inventory), er
 		errs = append(errs, fmt.Errorf("read hostname: %w", err))
 	}
 	var cpuModel string
-	if data, err := os.ReadFile(p.path("/proc/cpuinfo")); err != nil {
+	if data, err := p.readFile(p.path("/proc/cpuinfo")); err != nil {
 		errs = append(errs, fmt.Errorf("read cpuinfo: %w", err))
 	} else {
 		cpuModel = parseCPUModel(data)
@@ -66,9 +66,9 @@ func probeLinuxHost(_ context.Context, p *Prober) (func(*protocol.Inventory), er
 // readOSRelease returns PRETTY_NAME from os-release(5), which lives in /etc
 // or, failing that, /usr/lib.
 func readOSRelease(p *Prober) (string, error) {
-	data, err := os.ReadFile(p.path("/etc/os-release"))
+	data, err := p.readFile(p.path("/etc/os-release"))
 	if errors.Is(err, fs.ErrNotExist) {
-		data, err = os.ReadFile(p.path("/usr/lib/os-release"))
+		data, err = p.readFile(p.path("/usr/lib/os-release"))
 	}
 	if err != nil {
 		return "", fmt.Errorf("read os-release: %w", err)
@@ -105,19 +105,18 @@ func unquoteShell(v string) string {
 	return v
 }
 
-// armParts names the Arm server cores whose /proc/cpuinfo has no model
-// name; others are shown by their implementer and part numbers.
-var armParts = map[string]string{
-	"0x41/0xd0c": "Arm Neoverse-N1",
-	"0x41/0xd40": "Arm Neoverse-V1",
-	"0x41/0xd49": "Arm Neoverse-N2",
-	"0x41/0xd4f": "Arm Neoverse-V2",
-}
-
 // parseCPUModel returns the first "model name" of /proc/cpuinfo; arm64
-// kernels print none, so there it is made from the implementer and part.
+// kernels print none, so there it is made from each CPU's implementer and
+// part (armModel).
 func parseCPUModel(data []byte) string {
-	var implementer, part string
+	var cores []armCore
+	var cur armCore
+	flush := func() {
+		if cur.implementer != "" {
+			cores = append(cores, cur)
+		}
+		cur = armCore{}
+	}
 	for line := range strings.Lines(string(data)) {
 		k, v, ok := strings.Cut(line, ":")
 		if !ok {
@@ -129,23 +128,16 @@ func parseCPUModel(data []byte) string {
 			if v != "" {
 				return v
 			}
+		case "processor":
+			flush()
 		case "CPU implementer":
-			if implementer == "" {
-				implementer = v
-			}
+			cur.implementer = v
 		case "CPU part":
-			if part == "" {
-				part = v
-			}
+			cur.part = v
 		}
 	}
-	if implementer == "" {
-		return ""
-	}
-	if name, ok := armParts[implementer+"/"+part]; ok {
-		return name
-	}
-	return "Arm implementer " + implementer + " part " + part
+	flush()
+	return armModel(cores)
 }
 
 // probeLinuxCPU counts the CPUs this agent may use: the online CPUs (the
@@ -177,7 +169,7 @@ func probeLinuxCPU(_ context.Context, p *Prober) (func(*protocol.Inventory), err
 // onlineCPUs counts /sys/devices/system/cpu/online, or the processors in
 // /proc/cpuinfo when sysfs is not there.
 func onlineCPUs(p *Prober) (int, error) {
-	line, err := readLine(p.path("/sys/devices/system/cpu/online"))
+	line, err := p.readLine(p.path("/sys/devices/system/cpu/online"))
 	if err == nil {
 		n, perr := countCPUList(line)
 		if perr == nil {
@@ -185,7 +177,7 @@ func onlineCPUs(p *Prober) (int, error) {
 		}
 		err = perr
 	}
-	data, cerr := os.ReadFile(p.path("/proc/cpuinfo"))
+	data, cerr := p.readFile(p.path("/proc/cpuinfo"))
 	if cerr != nil {
 		return 0, fmt.Errorf("count cpus: %w", err)
 	}
@@ -236,7 +228,7 @@ func countCPUList(s string) (int, error) {
 func probeLinuxMemory(_ context.Context, p *Prober) (func(*protocol.Inventory), error) {
 	var errs []error
 	var total uint64
-	data, err := os.ReadFile(p.path("/proc/meminfo"))
+	data, err := p.readFile(p.path("/proc/meminfo"))
 	if err == nil {
 		total, err = parseMemTotal(data)
 	}
@@ -276,8 +268,8 @@ func parseMemTotal(data []byte) (uint64, error) {
 }
 
 // readLine returns the first line of a small file, trimmed.
-func readLine(path string) (string, error) {
-	data, err := os.ReadFile(path)
+func (p *Prober) readLine(path string) (string, error) {
+	data, err := p.readFile(path)
 	if err != nil {
 		return "", err
 	}

@@ -38,10 +38,44 @@ type GPU struct {
 	ID       string `json:"id"` // a UUID or a stable index such as "0"
 	MemoryMB int    `json:"memory_mb,omitempty"`
 	Cores    int    `json:"cores,omitempty"`
+	// MIGMode is set on an NVIDIA GPU that can be split into MIG devices:
+	// "enabled", "disabled", or "pending" while a change of mode waits for
+	// a GPU reset. A GPU whose mode is enabled or pending is never reserved
+	// whole: its MIG devices are, when enabled.
+	MIGMode string `json:"mig_mode,omitempty"`
+	// Parent is set on a MIG device: the ID of the GPU it is part of. A MIG
+	// device's ID is its "MIG-..." UUID, which is how it is requested.
+	Parent string `json:"parent,omitempty"`
+	// Profile is a MIG device's profile, e.g. "1g.10gb".
+	Profile string `json:"profile,omitempty"`
 }
+
+// MIG modes of GPU.MIGMode.
+const (
+	MIGEnabled  = "enabled"
+	MIGDisabled = "disabled"
+	MIGPending  = "pending"
+)
 
 // Docker describes a Docker Engine the agent can reach.
 type Docker struct {
-	Version  string   `json:"version"`
+	// Version is the engine's version as it reports it: "27.3.1", or for
+	// a development build "master". It is text, never compared as a
+	// number; Podman's is Podman's own ("5.4.1").
+	Version string `json:"version"`
+	// Kind is which engine answers the Docker API: EngineDocker,
+	// EngineDockerDesktop or EnginePodman; "" from an agent that does not
+	// say. The hub's driver table decides what each may run.
+	Kind string `json:"kind,omitempty"`
+	// Platform is the engine's own name for itself, e.g. "Docker Desktop
+	// 4.38.0 (181591)" or "linux/amd64/fedora-41".
+	Platform string   `json:"platform,omitempty"`
 	Runtimes []string `json:"runtimes,omitempty"`
 }
+
+// Engine kinds of Docker.Kind.
+const (
+	EngineDocker        = "docker"
+	EngineDockerDesktop = "docker-desktop"
+	EnginePodman        = "podman"
+)

@@ -2,8 +2,9 @@
 # Builds a release into dist/: scripts/release.sh VERSION (make release
 # VERSION=x.y.z). Tarballs of both programs for linux and darwin on amd64
 # and arm64 (darwin without cgo: the Homebrew formula builds the
-# vz-capable agent on the Mac), the .debs of both programs for amd64 and
-# arm64, the Homebrew formula where `make formula` exists, and SHA256SUMS.
+# vz-capable agent on the Mac), the source tarball, the .debs of both
+# programs for amd64 and arm64, the Homebrew formula rendered for the source
+# tarball at BASE_URL (when set), and SHA256SUMS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=${1:?usage: release.sh VERSION}
@@ -39,10 +40,16 @@ for arch in amd64 arm64; do
 	scripts/build-deb.sh "$version" "$arch" "$DIST"
 done
 
-if make -n formula >/dev/null 2>&1; then
-	make formula VERSION="$version" DIST="$DIST"
+# The source, which the Homebrew formula builds on the Mac (vz needs cgo
+# and the entitlement there).
+src=einsora-edge-$version.tar.gz
+git archive --format=tar --prefix="einsora-edge-$version/" HEAD | gzip -9n >"$DIST/$src"
+if [ -n "${BASE_URL:-}" ]; then
+	# make formula writes dist/einsora-agent.rb.
+	make formula URL="${BASE_URL%/}/$src" VERSION="$version" TARBALL="$DIST/$src"
+	[ "$DIST" = dist ] || mv dist/einsora-agent.rb "$DIST/"
 else
-	echo "release.sh: no formula target yet; the Homebrew formula is not rendered" >&2
+	echo "release.sh: BASE_URL unset: the Homebrew formula is not rendered (make release VERSION=$version BASE_URL=https://…)" >&2
 fi
 
 (cd "$DIST" && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%f\n' | sort | xargs sha256sum >SHA256SUMS)

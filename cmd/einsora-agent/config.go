@@ -20,6 +20,8 @@ type fileConfig struct {
 	LogLevel string `json:"log_level"`
 	// DriverTimeout bounds every driver call, e.g. "30s".
 	DriverTimeout string `json:"driver_timeout"`
+	// DockerHost is the Docker Engine endpoint, as --docker-host.
+	DockerHost string `json:"docker_host"`
 }
 
 // agentSettings is what run needs, from flags and the file together.
@@ -27,6 +29,7 @@ type agentSettings struct {
 	stateDir, drivers string
 	level             slog.Level
 	driverTimeout     time.Duration
+	dockerHost        string
 }
 
 func loadConfig(path string) (fileConfig, error) {
@@ -38,14 +41,14 @@ func loadConfig(path string) (fileConfig, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return c, fmt.Errorf("config %s: %w (want a JSON object with state_dir, drivers, log_level, driver_timeout)", path, err)
+		return c, fmt.Errorf("config %s: %w (want a JSON object with state_dir, drivers, log_level, driver_timeout, docker_host)", path, err)
 	}
 	return c, nil
 }
 
 // settings merges the config file under the flags the user set.
-func settings(cmd *cobra.Command, path, stateDir, drivers string) (agentSettings, error) {
-	s := agentSettings{stateDir: stateDir, drivers: drivers, level: slog.LevelInfo}
+func settings(cmd *cobra.Command, path, stateDir, drivers, dockerHost string) (agentSettings, error) {
+	s := agentSettings{stateDir: stateDir, drivers: drivers, dockerHost: dockerHost, level: slog.LevelInfo}
 	if path == "" {
 		return s, nil
 	}
@@ -58,6 +61,9 @@ func settings(cmd *cobra.Command, path, stateDir, drivers string) (agentSettings
 	}
 	if c.Drivers != "" && !cmd.Flags().Changed("drivers") {
 		s.drivers = c.Drivers
+	}
+	if c.DockerHost != "" && !cmd.Flags().Changed("docker-host") {
+		s.dockerHost = c.DockerHost
 	}
 	if c.LogLevel != "" {
 		if err := s.level.UnmarshalText([]byte(c.LogLevel)); err != nil {

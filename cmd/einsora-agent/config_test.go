@@ -19,12 +19,13 @@ func TestConfigFileUnderFlags(t *testing.T) {
 	}
 	t.Run("file_fills_what_flags_leave", func(t *testing.T) {
 		cmd := runCmd()
-		path := write(`{"state_dir": "/srv/agent", "drivers": "sim", "log_level": "debug", "driver_timeout": "45s"}`)
-		s, err := settings(cmd, path, "/var/lib/einsora-agent", "auto")
+		path := write(`{"state_dir": "/srv/agent", "drivers": "sim", "log_level": "debug", "driver_timeout": "45s", "docker_host": "unix:///Users/a/.colima/default/docker.sock"}`)
+		s, err := settings(cmd, path, "/var/lib/einsora-agent", "auto", "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.stateDir != "/srv/agent" || s.drivers != "sim" || s.level != slog.LevelDebug || s.driverTimeout != 45*time.Second {
+		if s.stateDir != "/srv/agent" || s.drivers != "sim" || s.level != slog.LevelDebug || s.driverTimeout != 45*time.Second ||
+			s.dockerHost != "unix:///Users/a/.colima/default/docker.sock" {
 			t.Errorf("got %+v", s)
 		}
 	})
@@ -33,9 +34,12 @@ func TestConfigFileUnderFlags(t *testing.T) {
 		if err := cmd.Flags().Set("drivers", "docker"); err != nil {
 			t.Fatal(err)
 		}
-		s, err := settings(cmd, write(`{"drivers": "sim"}`), "/x", "docker")
-		if err != nil || s.drivers != "docker" {
-			t.Errorf("got %+v, %v; want the flag's docker", s, err)
+		if err := cmd.Flags().Set("docker-host", "tcp://127.0.0.1:2375"); err != nil {
+			t.Fatal(err)
+		}
+		s, err := settings(cmd, write(`{"drivers": "sim", "docker_host": "unix:///x.sock"}`), "/x", "docker", "tcp://127.0.0.1:2375")
+		if err != nil || s.drivers != "docker" || s.dockerHost != "tcp://127.0.0.1:2375" {
+			t.Errorf("got %+v, %v; want the flags' docker and tcp://127.0.0.1:2375", s, err)
 		}
 	})
 	for name, bad := range map[string]string{
@@ -43,7 +47,7 @@ func TestConfigFileUnderFlags(t *testing.T) {
 		"bad_timeout": `{"driver_timeout": "soon"}`, "not_json": `nope`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := settings(runCmd(), write(bad), "/x", "auto"); err == nil {
+			if _, err := settings(runCmd(), write(bad), "/x", "auto", ""); err == nil {
 				t.Errorf("config %s accepted", bad)
 			}
 		})

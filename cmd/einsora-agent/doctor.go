@@ -17,11 +17,12 @@ import (
 	"einsora.dev/edge/agent"
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/internal/cli"
+	"einsora.dev/edge/internal/dockerhost"
 	"einsora.dev/edge/inventory"
 )
 
 func doctorCmd() *cobra.Command {
-	var stateDir, driverList string
+	var stateDir, driverList, dockerHost, bundleDir string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "doctor",
@@ -31,19 +32,26 @@ func doctorCmd() *cobra.Command {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
 			log := slog.New(slog.DiscardHandler)
-			cfg := agent.DoctorConfig{StateDir: stateDir, Inventory: inventory.New(inventory.Options{}).Probe, Extra: doctorExtras(stateDir)}
-			// Drivers are named rather than "auto", which falls back to
-			// sim, so a runtime that is down shows as a warning. They are
-			// made only in a state directory that exists: the doctor
-			// creates nothing.
+			ep := dockerhost.Resolve(dockerhost.FromOS(dockerHost))
+			cfg := agent.DoctorConfig{StateDir: stateDir, Inventory: inventory.New(inventoryOptions(ep)).Probe,
+				Extra: append(doctorExtras(stateDir), dockerHostCheck(ep))}
+			// auto makes every real runtime whether it answers or not, so
+			// one that is down shows as a warning, and none answering as
+			// a failure. Drivers are made only in a state directory that
+			// exists: the doctor creates nothing.
 			if _, err := os.Stat(stateDir); err == nil {
 				st, _ := agent.ReadStatus(stateDir)
-				if host, closeDrivers, err := agent.BuildDrivers(ctx, driverList, stateDir, st.MachineID, clock.Real{}, log); err == nil {
+				if host, closeDrivers, err := agent.BuildDriversOn(ctx, driverList, stateDir, st.MachineID, ep.Host, clock.Real{}, log); err == nil {
 					defer closeDrivers()
 					cfg.Drivers = host
 				}
 			}
 			checks := agent.Doctor(ctx, cfg)
+			if bundleDir != "" {
+				if err := writeBundle(ctx, bundleDir, inventory.New(inventoryOptions(ep)), checks); err != nil {
+					return err
+				}
+			}
 			if asJSON {
 				if err := cli.PrintJSON(cmd.OutOrStdout(), checks); err != nil {
 					return err
@@ -63,7 +71,9 @@ func doctorCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultAgentStateDir(), "state directory")
-	cmd.Flags().StringVar(&driverList, "drivers", "sim,docker", "drivers to check")
+	cmd.Flags().StringVar(&driverList, "drivers", "auto", "drivers to check, as the agent's --drivers")
+	addDockerHostFlag(cmd, &dockerHost)
+	cmd.Flags().StringVar(&bundleDir, "bundle", "", "also write the checks and an inventory capture (inventory --capture) to this directory, for a bug report")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only")
 	return cmd
 }

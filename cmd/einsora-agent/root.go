@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -15,8 +16,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"einsora.dev/edge/agent"
-	"einsora.dev/edge/clock"
 	"einsora.dev/edge/internal/cli"
+	"einsora.dev/edge/internal/dockerhost"
+	"einsora.dev/edge/internal/vzhost"
 	"einsora.dev/edge/inventory"
 	"einsora.dev/edge/protocol"
 )
@@ -27,6 +29,7 @@ func newRoot() *cobra.Command {
 		Short: "The Einsora node agent: runs the workloads a hub places on this machine",
 	}
 	root.AddCommand(runCmd(), enrollCmd(), statusCmd(), inventoryCmd(), versionCmd(), doctorCmd())
+	root.AddCommand(vzhost.Command())
 	root.AddCommand(cli.GenDocsCmd(root, version))
 	return root
 }
@@ -40,78 +43,50 @@ func versionCmd() *cobra.Command {
 }
 
 func runCmd() *cobra.Command {
-	var stateDir, driverList, inventoryFile, configFile string
+	var stateDir, driverList, inventoryFile, configFile, dockerHost string
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent daemon",
 		Args:  cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			set, err := settings(cmd, configFile, stateDir, driverList)
+			set, err := settings(cmd, configFile, stateDir, driverList, dockerHost)
 			if err != nil {
 				return err
 			}
-			stateDir, driverList = set.stateDir, set.drivers
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: set.level}))
-			id, err := agent.LoadMachineID(stateDir)
+			ep := dockerhost.Resolve(dockerhost.FromOS(set.dockerHost))
+			log.Info("docker endpoint", "host", ep.Host, "why", ep.Why)
+			probe, err := inventorySource(inventoryFile, set.drivers, inventoryOptions(ep), log)
 			if err != nil {
 				return err
 			}
-			host, closeDrivers, err := agent.BuildDrivers(cmd.Context(), driverList, stateDir, id, clock.Real{}, log)
-			if errors.Is(err, agent.ErrUnknownDriver) {
-				return &cli.UsageError{Err: err}
-			}
-			if err != nil {
-				return err
-			}
-			defer closeDrivers()
-			probe, err := inventorySource(inventoryFile, driverList, log)
-			if err != nil {
-				return err
-			}
-			// The lock first: a second agent is told who holds it before
-			// anything else is looked at.
-			a, err := agent.Open(agent.Config{
-				StateDir: stateDir, Drivers: host, Inventory: probe, Logger: log, Version: version,
-				DriverTimeout: set.driverTimeout,
-			})
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			nw, err := networkTransport(stateDir, log)
-			if err != nil {
-				return err
-			}
-			a.SetTransport(nw.Transport())
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			log.Info("agent running", "machine", a.MachineID(), "state", stateDir, "drivers", host.Names())
-			go a.NotifyService(ctx)
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
-			go func() {
-				for range hup {
-					log.Info("SIGHUP: probing inventory again")
-					a.Reprobe()
-				}
-			}()
-			renewal := make(chan struct{})
-			go func() { defer close(renewal); nw.RunRenewal(ctx) }()
-			defer func() { stop(); <-renewal }()
-			return a.Run(ctx)
+			err = agent.RunNetworked(ctx, agent.NetworkedConfig{
+				StateDir: set.stateDir, Drivers: set.drivers, Inventory: probe, Logger: log, Version: version,
+				DockerHost: ep.Host, DriverTimeout: set.driverTimeout, Hangup: hup,
+			})
+			if errors.Is(err, agent.ErrUnknownDriver) {
+				return &cli.UsageError{Err: err}
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", cli.DefaultAgentStateDir(), "state directory: machine ID, state, key and certificate, lock")
-	cmd.Flags().StringVar(&driverList, "drivers", "auto", "comma-separated drivers to offer (sim, docker, docker-sandbox, macos-native), or auto: every runtime that answers")
-	cmd.Flags().StringVar(&configFile, "config", "", "JSON file with state_dir, drivers, log_level, driver_timeout; flags win over it")
+	cmd.Flags().StringVar(&driverList, "drivers", "auto", "comma-separated drivers to offer (sim, docker, docker-sandbox, macos-native), or auto: every real runtime, offered while it answers, never sim")
+	cmd.Flags().StringVar(&configFile, "config", "", "JSON file with state_dir, drivers, log_level, driver_timeout, docker_host; flags win over it")
+	addDockerHostFlag(cmd, &dockerHost)
 	cmd.Flags().StringVar(&inventoryFile, "inventory-file", "", "development only, with --drivers sim: report this file's inventory (JSON) instead of probing")
 	return cmd
 }
 
-func inventorySource(file, driverList string, log *slog.Logger) (func(context.Context) protocol.Inventory, error) {
+func inventorySource(file, driverList string, opts inventory.Options, log *slog.Logger) (func(context.Context) protocol.Inventory, error) {
 	if file == "" {
-		return inventory.New(inventory.Options{Logger: log}).Probe, nil
+		opts.Logger = log
+		return inventory.New(opts).Probe, nil
 	}
 	if strings.TrimSpace(driverList) != "sim" {
 		return nil, cli.Usagef("--inventory-file is for development and needs --drivers sim")
@@ -132,7 +107,7 @@ func statusCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the agent's machine ID, desired state and the workloads it holds",
+		Short: "Show the agent's machine ID, desired state, and each workload's state and last driver error",
 		Args:  cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := agent.ReadStatus(stateDir)
@@ -142,12 +117,7 @@ func statusCmd() *cobra.Command {
 			if asJSON {
 				return cli.PrintJSON(cmd.OutOrStdout(), st)
 			}
-			hubURL := st.Hub
-			if hubURL == "" {
-				hubURL = "in-process (solo), or not enrolled"
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "machine:    %s\nhub:        %s\nstate dir:  %s\nrunning:    %v\nlast sync:  %s\ngeneration: %d\nworkloads:  %s\n",
-				st.MachineID, hubURL, st.StateDir, st.Running, st.LastSync, st.DesiredGeneration, strings.Join(st.Workloads, ", "))
+			printStatus(cmd.OutOrStdout(), st)
 			return nil
 		},
 	}
@@ -156,8 +126,45 @@ func statusCmd() *cobra.Command {
 	return cmd
 }
 
+// printStatus writes st for a person: each workload on a line, and under it
+// the last driver error, which only this machine keeps.
+func printStatus(w io.Writer, st agent.Status) {
+	hubURL := st.Hub
+	if hubURL == "" {
+		hubURL = "in-process (solo), or not enrolled"
+	}
+	fmt.Fprintf(w, "machine:    %s\nhub:        %s\nstate dir:  %s\nrunning:    %v\nlast sync:  %s\ngeneration: %d\n",
+		st.MachineID, hubURL, st.StateDir, st.Running, st.LastSync, st.DesiredGeneration)
+	if r := st.Revoked; r != nil {
+		fmt.Fprintf(w, "REVOKED:    at %s: %s\n", r.At.UTC().Format(time.RFC3339), r.Message)
+	}
+	if len(st.Workloads) == 0 {
+		fmt.Fprintln(w, "workloads:  none")
+		return
+	}
+	fmt.Fprintln(w, "workloads:")
+	for _, ws := range st.Workloads {
+		state := string(ws.State)
+		if state == "" {
+			state = "held, not yet reported"
+		}
+		fmt.Fprintf(w, "  %-24s %-14s", ws.ID, state)
+		if ws.Mode != "" {
+			fmt.Fprintf(w, " %s, attempt %d", ws.Mode, ws.Attempt)
+		}
+		if ws.Detail != "" {
+			fmt.Fprintf(w, ": %s", ws.Detail)
+		}
+		fmt.Fprintln(w)
+		if e := ws.LastError; e != nil {
+			fmt.Fprintf(w, "  %-24s last error:    %s via %s at %s: %s\n", "", e.Op, e.Driver, e.At.UTC().Format(time.RFC3339), e.Error)
+		}
+	}
+}
+
 func inventoryCmd() *cobra.Command {
 	var asJSON bool
+	var dockerHost, captureDir string
 	cmd := &cobra.Command{
 		Use:   "inventory",
 		Short: "Print what this machine would report to a hub",
@@ -165,7 +172,10 @@ func inventoryCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
-			inv := inventory.New(inventory.Options{}).Probe(ctx)
+			inv, err := probeOrCapture(ctx, inventory.New(inventoryOptions(dockerhost.Resolve(dockerhost.FromOS(dockerHost)))), captureDir)
+			if err != nil {
+				return err
+			}
 			if asJSON {
 				return cli.PrintJSON(cmd.OutOrStdout(), inv)
 			}
@@ -173,10 +183,17 @@ func inventoryCmd() *cobra.Command {
 			fmt.Fprintf(out, "os:        %s/%s %s (kernel %s)\ncpu:       %s, %d CPUs\nmemory:    %d MB\n",
 				inv.OS, inv.Arch, inv.OSVersion, inv.Kernel, inv.CPUModel, inv.CPUs, inv.MemoryMB)
 			for _, g := range inv.GPUs {
-				fmt.Fprintf(out, "gpu:       %s %s (%s)\n", g.Vendor, g.Model, g.ID)
+				switch {
+				case g.Parent != "":
+					fmt.Fprintf(out, "gpu:         MIG %s, %d MB (%s)\n", g.Profile, g.MemoryMB, g.ID)
+				case g.MIGMode != "":
+					fmt.Fprintf(out, "gpu:       %s %s (%s), MIG %s\n", g.Vendor, g.Model, g.ID, g.MIGMode)
+				default:
+					fmt.Fprintf(out, "gpu:       %s %s (%s)\n", g.Vendor, g.Model, g.ID)
+				}
 			}
 			if inv.Docker != nil {
-				fmt.Fprintf(out, "docker:    %s, runtimes %s\n", inv.Docker.Version, strings.Join(inv.Docker.Runtimes, ", "))
+				fmt.Fprintf(out, "docker:    %s %s, runtimes %s\n", inv.Docker.Kind, inv.Docker.Version, strings.Join(inv.Docker.Runtimes, ", "))
 			}
 			for _, n := range inv.Notes {
 				fmt.Fprintf(out, "note:      %s\n", n)
@@ -185,5 +202,7 @@ func inventoryCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON only")
+	addDockerHostFlag(cmd, &dockerHost)
+	cmd.Flags().StringVar(&captureDir, "capture", "", "also write the raw outputs the probes read to this directory, redacted, for a bug report")
 	return cmd
 }

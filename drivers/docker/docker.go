@@ -32,6 +32,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"einsora.dev/edge/drivers"
+	"einsora.dev/edge/internal/dockerhost"
 	"einsora.dev/edge/protocol"
 )
 
@@ -75,7 +76,8 @@ const (
 // Options configure a Driver.
 type Options struct {
 	// Host is the engine's address, e.g. "unix:///var/run/docker.sock".
-	// Empty means DOCKER_HOST, else the platform default.
+	// Empty means what dockerhost.Resolve chooses without a flag:
+	// DOCKER_HOST, the current docker context, then the known sockets.
 	Host string
 	// Name is NameContainer (the default) or NameSandbox.
 	Name string
@@ -170,9 +172,12 @@ func New(o Options) (*Driver, error) {
 		client.WithHostFromEnv(),
 		client.WithUserAgent("einsora-edge"),
 	}
-	if o.Host != "" {
-		opts = append(opts, client.WithHost(o.Host))
+	host := o.Host
+	if host == "" {
+		// The same choice the agent's inventory makes.
+		host = dockerhost.Resolve(dockerhost.FromOS("")).Host
 	}
+	opts = append(opts, client.WithHost(host))
 	cli, err := client.New(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("docker: new: %w", err)
@@ -417,7 +422,8 @@ func (d *Driver) hostConfig(ctx context.Context, spec drivers.Spec) (*container.
 	return hc, nil
 }
 
-// deviceRequests turns "nvidia:<uuid>" devices into one device request.
+// deviceRequests turns "nvidia:<uuid>" devices into one device request. A
+// MIG device's UUID is "MIG-...", which the NVIDIA runtime takes as is.
 // Any other device is refused: the engine could not honour it.
 func deviceRequests(devices []string) ([]container.DeviceRequest, error) {
 	var ids []string

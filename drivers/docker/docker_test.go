@@ -634,6 +634,10 @@ func TestDeviceRequests(t *testing.T) {
 		{name: "two_nvidia_gpus", devices: []string{"nvidia:GPU-a", "nvidia:GPU-b"}, want: []container.DeviceRequest{{
 			Driver: "nvidia", DeviceIDs: []string{"GPU-a", "GPU-b"}, Capabilities: [][]string{{"gpu"}},
 		}}},
+		// A MIG device goes by its MIG UUID, as the NVIDIA runtime wants.
+		{name: "mig_device", devices: []string{"nvidia:MIG-6f0a3c2e-81d4-5b7a-a3e9-2c4d1f8b0e71"}, want: []container.DeviceRequest{{
+			Driver: "nvidia", DeviceIDs: []string{"MIG-6f0a3c2e-81d4-5b7a-a3e9-2c4d1f8b0e71"}, Capabilities: [][]string{{"gpu"}},
+		}}},
 		{name: "apple_gpu", devices: []string{"apple-gpu:0"}, wantErr: true},
 		{name: "no_vendor", devices: []string{"GPU-a"}, wantErr: true},
 		{name: "empty_id", devices: []string{"nvidia:"}, wantErr: true},

@@ -3,8 +3,8 @@
 // containers survive them, and its image string configures start delays,
 // progress, exits and injected failures for development and tests.
 //
-// Image syntax: "sim:" followed by comma-separated options, e.g.
-// "sim:start-delay=2s,progress=3,exit-after=10s,exit-code=3".
+// Image syntax: "sim" or "sim:" alone, or "sim:" followed by comma-separated
+// options, e.g. "sim:start-delay=2s,progress=3,exit-after=10s,exit-code=3".
 //
 //	start-delay=D   the instance is starting for D before it runs
 //	progress=N      while starting, Progress reads "step i/N"
@@ -97,8 +97,13 @@ type options struct {
 func ParseImage(image string) (options, error) {
 	var o options
 	rest, ok := strings.CutPrefix(image, "sim:")
-	if !ok && image != "" && image != "sim" {
-		return o, fmt.Errorf("sim image %q: want sim:[option,...]", image)
+	if !ok {
+		// "sim" and "" carry no options: CutPrefix left the whole string
+		// in rest, which must not be read as one.
+		if image != "" && image != "sim" {
+			return o, fmt.Errorf("sim image %q: want sim, or sim:option,... (see docs/drivers.md)", image)
+		}
+		rest = ""
 	}
 	for opt := range strings.SplitSeq(rest, ",") {
 		if opt == "" {

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"slices"
+	"strings"
 
 	"einsora.dev/edge/protocol"
 )
@@ -13,7 +14,17 @@ const (
 	AcceleratorAppleGPU  = "apple-gpu"
 	AcceleratorNvidiaGPU = "nvidia-gpu"
 	AcceleratorAMDGPU    = "amd-gpu"
+	// AcceleratorNvidiaMIG1g is a MIG device of one slice ("1g.10gb" on
+	// an A100 80GB or H100, "1g.18gb" on an H200): MIGAccelerator("1g").
+	AcceleratorNvidiaMIG1g = "nvidia-mig-1g"
 )
+
+// migAcceleratorPrefix starts the accelerators of NVIDIA MIG devices by
+// size: "nvidia-mig-1g" ... "nvidia-mig-7g".
+const migAcceleratorPrefix = "nvidia-mig-"
+
+// MIGAccelerator is the accelerator of MIG devices of size "1g" ... "7g".
+func MIGAccelerator(size string) string { return migAcceleratorPrefix + size }
 
 // Driver is a row of the hub's driver table. Everything in it is the hub's
 // word, never the agent's: an agent only says which drivers it offers.
@@ -37,6 +48,14 @@ type Driver struct {
 	// PerMachineLimit caps how many workloads one machine holds with this
 	// driver at once; 0 means no cap.
 	PerMachineLimit int
+	// Engines, for a driver over the Docker API, are the kinds of workload
+	// it runs on each engine that may answer that API (protocol.Engine*);
+	// an engine not listed runs none. nil: the driver needs no engine.
+	// A machine whose inventory names no engine kind counts as Docker.
+	Engines map[string][]protocol.Kind
+	// Limited, when set, says by its image which workloads the limit
+	// counts and caps; nil means every workload of the driver.
+	Limited func(image string) bool
 }
 
 // DefaultDrivers is the hub's driver table.
@@ -52,6 +71,14 @@ var DefaultDrivers = []Driver{
 		Isolation: protocol.IsolationContainer, Weak: true,
 		Kinds:        []protocol.Kind{protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
 		Accelerators: []string{AcceleratorNone, AcceleratorNvidiaGPU},
+		// Podman's Docker-compatible API runs plain containers; the
+		// volumes and long-lived ports notebooks and endpoints rely on
+		// are not tried there yet.
+		Engines: map[string][]protocol.Kind{
+			protocol.EngineDocker:        {protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
+			protocol.EngineDockerDesktop: {protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
+			protocol.EnginePodman:        {protocol.KindContainer},
+		},
 	},
 	{
 		// Docker with the gVisor runtime (runsc).
@@ -59,16 +86,22 @@ var DefaultDrivers = []Driver{
 		Isolation:    protocol.IsolationSandbox,
 		Kinds:        []protocol.Kind{protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
 		Accelerators: []string{AcceleratorNone},
+		// runsc is registered with a Docker Engine of the machine's own;
+		// Docker Desktop's VM and Podman are not where it was tried.
+		Engines: map[string][]protocol.Kind{
+			protocol.EngineDocker: {protocol.KindContainer, protocol.KindNotebook, protocol.KindEndpoint},
+		},
 	},
 	{
-		// Virtualization.framework. macOS allows two macOS guests per
-		// Mac; the cap counts every vz workload, whatever its guest.
-		// VMs only: a notebook here would take one of the two slots.
+		// Virtualization.framework. macOS runs at most two macOS guests
+		// per Mac; Linux guests are not limited, so the cap counts and
+		// caps macOS guests only.
 		Name: "vz", OS: "darwin", Arch: "arm64",
 		Isolation:       protocol.IsolationVM,
 		Kinds:           []protocol.Kind{protocol.KindVM},
 		Accelerators:    []string{AcceleratorNone},
 		PerMachineLimit: 2,
+		Limited:         MacOSGuestImage,
 	},
 	{
 		// Processes on the Mac itself: the one driver that can use the
@@ -117,12 +150,29 @@ func DriverOS(name string) (string, bool) {
 }
 
 // Runs reports whether the driver runs workloads of kind k with the
-// accelerator acc ("" reads as AcceleratorNone).
+// accelerator acc ("" reads as AcceleratorNone). A driver that drives NVIDIA
+// GPUs drives their MIG devices of every size: they are requested the same
+// way, by UUID.
 func (d Driver) Runs(k protocol.Kind, acc string) bool {
 	if acc == "" {
 		acc = AcceleratorNone
 	}
+	if strings.HasPrefix(acc, migAcceleratorPrefix) {
+		acc = AcceleratorNvidiaGPU
+	}
 	return slices.Contains(d.Kinds, k) && slices.Contains(d.Accelerators, acc)
+}
+
+// RunsOn reports whether the driver runs workloads of kind k on a machine
+// whose Docker engine is engine ("" counts as Docker).
+func (d Driver) RunsOn(engine string, k protocol.Kind) bool {
+	if d.Engines == nil {
+		return true
+	}
+	if engine == "" {
+		engine = protocol.EngineDocker
+	}
+	return slices.Contains(d.Engines[engine], k)
 }
 
 // FitsPlatform reports whether the driver runs on a machine of GOOS os and
@@ -135,4 +185,42 @@ func (d Driver) FitsPlatform(os, arch string) bool {
 // per-machine limit on a machine already holding n with it.
 func (d Driver) Allows(n int) bool {
 	return d.PerMachineLimit <= 0 || n < d.PerMachineLimit
+}
+
+// Counts reports whether a workload of image counts toward, and is capped
+// by, the driver's per-machine limit.
+func (d Driver) Counts(image string) bool {
+	return d.Limited == nil || d.Limited(image)
+}
+
+// HeldWith is how many of the machine's holdings with d count toward d's
+// per-machine limit.
+func (m Machine) HeldWith(d Driver) int {
+	n := 0
+	for _, h := range m.Holding {
+		if h.Driver == d.Name && d.Counts(h.Image) {
+			n++
+		}
+	}
+	return n
+}
+
+// MacOSGuestImage reports whether a vz image string is a macOS guest: an
+// IPSW (".ipsw"), or guest=macos in its options (drivers/vz.ParseImage
+// reads it the same way).
+func MacOSGuestImage(image string) bool {
+	src, frag, _ := strings.Cut(image, "#")
+	guest := ""
+	for opt := range strings.SplitSeq(frag, "&") {
+		if v, ok := strings.CutPrefix(opt, "guest="); ok {
+			guest = v
+		}
+	}
+	if guest != "" {
+		return guest == "macos"
+	}
+	if strings.HasPrefix(src, "https://") {
+		src, _, _ = strings.Cut(src, "?")
+	}
+	return strings.HasSuffix(strings.ToLower(src), ".ipsw")
 }

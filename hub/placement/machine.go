@@ -15,6 +15,9 @@ type Held struct {
 	Workload string
 	Driver   string
 	Kind     protocol.Kind
+	// Image is the workload's image, for a driver whose limit counts
+	// only some images (Driver.Limited).
+	Image    string
 	CPUs     int
 	MemoryMB int
 	Devices  []string
@@ -39,6 +42,9 @@ type Machine struct {
 	Devices map[string][]string
 	// Drivers are the drivers the agent offers now.
 	Drivers []string
+	// Engine is the kind of its Docker engine (EngineOf), "" when it
+	// names none.
+	Engine string
 	// Holding is what the workloads placed on the machine hold.
 	Holding []Held
 }
@@ -48,33 +54,68 @@ type Machine struct {
 // "nvidia:<id>" and an AMD one "amd:<id>". GPUs of other vendors, and GPUs
 // without an ID (which cannot be reserved), are left out. IDs are sorted and
 // unique.
+//
+// An NVIDIA GPU with MIG enabled, or with a change of MIG mode pending, is
+// never offered whole. Its MIG devices are: each is an NVIDIA GPU
+// "nvidia:MIG-<uuid>", and one of a whole GPU instance ("1g.10gb", not the
+// compute slice "1c.3g.20gb") is also a device of its size's accelerator,
+// MIGAccelerator("1g") = "nvidia-mig-1g". Both name the same device, so a
+// workload holding it under one holds it under the other.
 func DevicesFromInventory(inv protocol.Inventory) map[string][]string {
 	var out map[string][]string
-	for _, g := range inv.GPUs {
-		if g.ID == "" {
-			continue
-		}
-		var acc, prefix string
-		switch strings.ToLower(g.Vendor) {
-		case "apple":
-			acc, prefix = AcceleratorAppleGPU, "apple-gpu:"
-		case "nvidia":
-			acc, prefix = AcceleratorNvidiaGPU, "nvidia:"
-		case "amd":
-			acc, prefix = AcceleratorAMDGPU, "amd:"
-		default:
-			continue
-		}
+	add := func(acc, id string) {
 		if out == nil {
 			out = make(map[string][]string)
 		}
-		out[acc] = append(out[acc], prefix+g.ID)
+		out[acc] = append(out[acc], id)
+	}
+	for _, g := range inv.GPUs {
+		if g.ID == "" || !reservable(g) {
+			continue
+		}
+		switch strings.ToLower(g.Vendor) {
+		case "apple":
+			add(AcceleratorAppleGPU, "apple-gpu:"+g.ID)
+		case "nvidia":
+			add(AcceleratorNvidiaGPU, "nvidia:"+g.ID)
+			if size := migSize(g.Profile); g.Parent != "" && size != "" {
+				add(MIGAccelerator(size), "nvidia:"+g.ID)
+			}
+		case "amd":
+			add(AcceleratorAMDGPU, "amd:"+g.ID)
+		}
 	}
 	for acc, ids := range out {
 		slices.Sort(ids)
 		out[acc] = slices.Compact(ids)
 	}
 	return out
+}
+
+// reservable reports whether a GPU may be reserved whole: not one with MIG
+// enabled (its MIG devices are reserved instead) nor one whose MIG mode
+// changes at its next reset.
+func reservable(g protocol.GPU) bool {
+	return g.MIGMode != protocol.MIGEnabled && g.MIGMode != protocol.MIGPending
+}
+
+// migSize is the size of a whole MIG GPU instance's profile, "1g" of
+// "1g.10gb" or "1g.10gb+me"; "" for a compute slice ("1c.3g.20gb") or
+// anything else.
+func migSize(profile string) string {
+	size, _, ok := strings.Cut(profile, ".")
+	if !ok || len(size) != 2 || size[1] != 'g' || size[0] < '1' || size[0] > '7' {
+		return ""
+	}
+	return size
+}
+
+// EngineOf is the kind of Docker engine an inventory reports, "" for none.
+func EngineOf(inv protocol.Inventory) string {
+	if inv.Docker == nil {
+		return ""
+	}
+	return inv.Docker.Kind
 }
 
 // CanHost reports whether the machine may host w at all: it is the tenant's

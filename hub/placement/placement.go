@@ -63,6 +63,7 @@ var DefaultClasses = []Class{
 	{Name: "cpu-4", Accelerator: AcceleratorNone, CPUs: 4, MemoryMB: 8192},
 	{Name: "apple-gpu", Accelerator: AcceleratorAppleGPU, Devices: 1, CPUs: 4, MemoryMB: 16384},
 	{Name: "nvidia-1", Accelerator: AcceleratorNvidiaGPU, Devices: 1, CPUs: 4, MemoryMB: 16384},
+	{Name: "nvidia-mig-1g", Accelerator: AcceleratorNvidiaMIG1g, Devices: 1, CPUs: 2, MemoryMB: 8192},
 }
 
 func (c Class) accelerator() string {
@@ -86,6 +87,9 @@ type Workload struct {
 	Region string
 	Kind   protocol.Kind
 	Class  string
+	// Image matters to placement only where a driver's limit counts some
+	// images (vz: macOS guests).
+	Image string
 	// HeldMachine and HeldDriver are where the workload last ran, empty
 	// if it never has. A VM or notebook keeps its disk there, so it is
 	// placed only there, and only with HeldDriver when that is set; it

@@ -89,6 +89,9 @@ func acceleratorName(acc string) string {
 	case AcceleratorAMDGPU:
 		return "AMD GPU"
 	}
+	if size, ok := strings.CutPrefix(acc, migAcceleratorPrefix); ok {
+		return "NVIDIA MIG " + size + " device"
+	}
 	return acc + " device"
 }
 

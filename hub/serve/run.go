@@ -17,6 +17,7 @@ import (
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/ca"
+	"einsora.dev/edge/hub/httpapi"
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/hub/store/postgres"
 	"einsora.dev/edge/hub/store/sqlite"
@@ -111,7 +112,7 @@ func Run(ctx context.Context, opts Options) error {
 		Hub: h, CA: authority, Certificate: cert, Clock: clk, Logger: log,
 		PollTimeout: opts.Hub.PollTimeout, DrainTo: opts.DrainTo, Limits: opts.Limits,
 	})
-	admin := &http.Server{Handler: h.AdminHandler(token), ReadHeaderTimeout: 10 * time.Second}
+	admin := &http.Server{Handler: httpapi.New(h, clk, log).AdminHandler(token), ReadHeaderTimeout: 10 * time.Second}
 	adminURL := "http://" + adminLn.Addr().String()
 	agentsURL := agentURL(agentLn, names)
 	fp := authority.Fingerprint()

@@ -23,6 +23,7 @@ import (
 	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/adminapi"
 	"einsora.dev/edge/hub/ca"
+	"einsora.dev/edge/hub/httpapi"
 	"einsora.dev/edge/protocol"
 )
 
@@ -64,6 +65,7 @@ type Config struct {
 // Serve, stop it with Drain or Close.
 type Server struct {
 	hub    *hub.Hub
+	api    *httpapi.API
 	ca     *ca.CA
 	clk    clock.Clock
 	log    *slog.Logger
@@ -105,6 +107,7 @@ func NewServer(cfg Config) *Server {
 		enrollers: newBuckets(cfg.Clock, lim.EnrollRate, lim.EnrollBurst),
 		polls:     make(map[*pollEntry]struct{}),
 	}
+	s.api = httpapi.New(cfg.Hub, cfg.Clock, cfg.Logger)
 	s.base = &tls.Config{
 		MinVersion:       tls.VersionTLS13,
 		Certificates:     []tls.Certificate{cfg.Certificate},
@@ -115,10 +118,10 @@ func NewServer(cfg Config) *Server {
 		Time:             cfg.Clock.Now,
 	}
 	mux := http.NewServeMux()
-	identify := cfg.Hub.IdentifyClientCert
-	mux.Handle(protocol.SyncPath, s.limitMachine(s.drainable(cfg.Hub.SyncHandler(identify))))
-	mux.Handle(protocol.RenewPath, s.limitMachine(cfg.Hub.RenewHandler(identify)))
-	mux.Handle(protocol.EnrollPath, s.limitEnroll(cfg.Hub.EnrollHandler()))
+	identify := s.api.IdentifyClientCert
+	mux.Handle(protocol.SyncPath, s.limitMachine(s.drainable(s.api.SyncHandler(identify))))
+	mux.Handle(protocol.RenewPath, s.limitMachine(s.api.RenewHandler(identify)))
+	mux.Handle(protocol.EnrollPath, s.limitEnroll(s.api.EnrollHandler()))
 	s.srv = &http.Server{
 		Handler:           s.shed(mux),
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,
@@ -231,7 +234,7 @@ func (s *Server) shed(next http.Handler) http.Handler {
 // limitMachine holds each machine to its token bucket.
 func (s *Server) limitMachine(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := s.hub.IdentifyClientCert(r)
+		id, err := s.api.IdentifyClientCert(r)
 		if err == nil {
 			if ok, wait := s.machines.take(id); !ok {
 				retryAfterHeader(w, wait)

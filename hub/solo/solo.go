@@ -18,6 +18,7 @@ import (
 	"einsora.dev/edge/agent"
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub"
+	"einsora.dev/edge/hub/httpapi"
 	"einsora.dev/edge/hub/store/sqlite"
 	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/inventory"
@@ -135,7 +136,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("solo: admin API: %w (is another hub running? pick another with --admin)", err)
 	}
-	srv := &http.Server{Handler: h.AdminHandler(token), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: httpapi.New(h, clk, log).AdminHandler(token), ReadHeaderTimeout: 10 * time.Second}
 	adminURL := "http://" + ln.Addr().String()
 	log.Info("solo hub running", "admin", adminURL, "data", opts.DataDir, "machine", machineID, "drivers", host.Names())
 	if opts.Ready != nil {
@@ -168,10 +169,20 @@ func Run(ctx context.Context, opts Options) error {
 	return errors.Join(all...)
 }
 
+// leader is the hub as runWhileLeading sees it.
+type leader interface {
+	Leadership() (leading bool, changed <-chan struct{})
+}
+
+// runner is the in-process agent as runWhileLeading sees it.
+type runner interface {
+	Run(ctx context.Context) error
+}
+
 // runWhileLeading runs the in-process agent only while this hub leads its
 // region: a hub that steps down stops its agent, so two hubs on one store
 // never run two agents for one machine.
-func runWhileLeading(ctx context.Context, h *hub.Hub, ag *agent.Agent, log *slog.Logger) error {
+func runWhileLeading(ctx context.Context, h leader, ag runner, log *slog.Logger) error {
 	for {
 		leading, changed := h.Leadership()
 		if !leading {

@@ -5,9 +5,6 @@ package trust
 
 import (
 	"fmt"
-	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"einsora.dev/edge/protocol"
 )
@@ -48,6 +45,9 @@ var (
 	knownOS    = map[string]bool{"linux": true, "darwin": true}
 	knownArch  = map[string]bool{"amd64": true, "arm64": true}
 	gpuVendors = map[string]bool{"apple": true, "nvidia": true, "amd": true, "intel": true}
+	// dockerKinds are the engines an agent may report; "" from an agent
+	// that does not say.
+	dockerKinds = map[string]bool{"": true, protocol.EngineDocker: true, protocol.EngineDockerDesktop: true, protocol.EnginePodman: true}
 )
 
 // CheckInventory reports why inv does not fit the machine registered as
@@ -95,6 +95,9 @@ func CheckInventory(regOS, regArch string, inv *protocol.Inventory, driverOS fun
 	if inv.Docker != nil && len(inv.Docker.Runtimes) > MaxRuntimes {
 		return broke("docker-runtimes", "%d over %d", len(inv.Docker.Runtimes), MaxRuntimes)
 	}
+	if inv.Docker != nil && !dockerKinds[inv.Docker.Kind] {
+		return broke("docker-kind", "%q is not docker, docker-desktop or podman", inv.Docker.Kind)
+	}
 	if len(inv.Notes) > MaxNotes {
 		return broke("notes", "%d over %d", len(inv.Notes), MaxNotes)
 	}
@@ -138,7 +141,7 @@ func checkGPUs(inv *protocol.Inventory) error {
 			return broke("apple-gpu", "%d Apple GPUs, want at most 1", apple)
 		}
 	}
-	return nil
+	return checkMIG(inv.GPUs)
 }
 
 func checkDrivers(inv *protocol.Inventory, driverOS func(string) (string, bool)) error {
@@ -189,9 +192,14 @@ func eachString(inv *protocol.Inventory, f func(field string, s *string)) {
 		f("gpus.vendor", &inv.GPUs[i].Vendor)
 		f("gpus.model", &inv.GPUs[i].Model)
 		f("gpus.id", &inv.GPUs[i].ID)
+		f("gpus.mig_mode", &inv.GPUs[i].MIGMode)
+		f("gpus.parent", &inv.GPUs[i].Parent)
+		f("gpus.profile", &inv.GPUs[i].Profile)
 	}
 	if inv.Docker != nil {
 		f("docker.version", &inv.Docker.Version)
+		f("docker.kind", &inv.Docker.Kind)
+		f("docker.platform", &inv.Docker.Platform)
 		for i := range inv.Docker.Runtimes {
 			f("docker.runtimes", &inv.Docker.Runtimes[i])
 		}
@@ -227,7 +235,7 @@ func Sanitize(inv *protocol.Inventory) {
 		inv.GPUs[i].MemoryMB = clamp(inv.GPUs[i].MemoryMB, MaxGPUMemoryMB)
 		inv.GPUs[i].Cores = clamp(inv.GPUs[i].Cores, MaxGPUCores)
 	}
-	eachString(inv, func(_ string, s *string) { *s = cleanString(*s) })
+	eachString(inv, func(_ string, s *string) { *s = Text(*s, MaxString) })
 }
 
 func cut[T any](s []T, n int) []T {
@@ -238,33 +246,3 @@ func cut[T any](s []T, n int) []T {
 }
 
 func clamp(v, hi int) int { return min(max(v, 0), hi) }
-
-// cleanString drops control characters and invalid UTF-8 from s and cuts
-// it to MaxString bytes on a character boundary.
-func cleanString(s string) string {
-	clean := func(s string) bool {
-		for _, r := range s {
-			if r == utf8.RuneError || unicode.IsControl(r) {
-				return false
-			}
-		}
-		return true
-	}
-	if !clean(s) {
-		var b strings.Builder
-		for _, r := range s {
-			if r != utf8.RuneError && !unicode.IsControl(r) {
-				b.WriteRune(r)
-			}
-		}
-		s = b.String()
-	}
-	if len(s) <= MaxString {
-		return s
-	}
-	n := MaxString
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}

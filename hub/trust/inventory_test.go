@@ -122,6 +122,17 @@ func TestCheckInventory(t *testing.T) {
 		{"megabyte_note", "", "", func() *protocol.Inventory { i := linuxGPUBox(); i.Notes = []string{megabyte}; return i }, "string-length"},
 		{"megabyte_driver", "", "", func() *protocol.Inventory { i := linuxGPUBox(); i.Drivers = []string{megabyte}; return i }, "string-length"},
 		{"megabyte_docker_runtime", "", "", func() *protocol.Inventory { i := linuxGPUBox(); i.Docker.Runtimes = []string{megabyte}; return i }, "string-length"},
+		{"podman", "", "", func() *protocol.Inventory {
+			i := linuxGPUBox()
+			i.Docker = &protocol.Docker{Version: "5.4.1", Kind: protocol.EnginePodman, Platform: "linux/amd64/fedora-41"}
+			return i
+		}, ""},
+		{"docker_desktop_master", "", "", func() *protocol.Inventory {
+			i := linuxGPUBox()
+			i.Docker = &protocol.Docker{Version: "master", Kind: protocol.EngineDockerDesktop}
+			return i
+		}, ""},
+		{"unknown_engine_kind", "", "", func() *protocol.Inventory { i := linuxGPUBox(); i.Docker.Kind = "containerd"; return i }, "docker-kind"},
 		{"string_at_limit", "", "", func() *protocol.Inventory { i := linuxGPUBox(); i.CPUModel = megabyte[:MaxString]; return i }, ""},
 	}
 	for _, tt := range tests {

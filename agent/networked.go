@@ -1,0 +1,107 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"einsora.dev/edge/clock"
+	"einsora.dev/edge/protocol"
+)
+
+// NetworkedConfig configures RunNetworked: an enrolled agent's daemon.
+type NetworkedConfig struct {
+	StateDir string
+	// Drivers is the list BuildDrivers takes, e.g. "auto" or "sim".
+	Drivers   string
+	Inventory func(ctx context.Context) protocol.Inventory
+	Logger    *slog.Logger
+	Version   string
+	// DockerHost is the Docker endpoint chosen once for the inventory and
+	// the drivers alike (internal/dockerhost); empty resolves it again.
+	DockerHost string
+	// DriverTimeout bounds every driver call; zero is the default.
+	DriverTimeout time.Duration
+	// Hangup delivers SIGHUP: each asks for the drivers and the inventory
+	// to be probed again at once. Nil means none.
+	Hangup <-chan os.Signal
+}
+
+// RunNetworked runs an enrolled agent until ctx is done: it builds the
+// drivers, takes the state directory's lock, opens the link to the hub and
+// runs the agent with its companions (systemd notification, SIGHUP, the
+// certificate's renewal). Every goroutine it starts is stopped and waited
+// for before it returns, and the drivers are closed last.
+func RunNetworked(ctx context.Context, cfg NetworkedConfig) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	id, err := LoadMachineID(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	host, closeDrivers, err := BuildDriversOn(ctx, cfg.Drivers, cfg.StateDir, id, cfg.DockerHost, clock.Real{}, log)
+	if err != nil {
+		return err
+	}
+	defer closeDrivers()
+	// The lock before the hub: a second agent is told who holds it before
+	// anything is sent anywhere.
+	a, err := Open(Config{
+		StateDir: cfg.StateDir, Drivers: host, Inventory: cfg.Inventory, Logger: log, Version: cfg.Version,
+		DriverTimeout: cfg.DriverTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	nw, err := OpenNetwork(cfg.StateDir, NetworkOptions{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer nw.Transport().Close()
+	a.SetTransport(nw.Transport())
+
+	log.Info("agent running", "machine", a.MachineID(), "state", cfg.StateDir, "drivers", host.Names())
+	companions := []func(context.Context){a.NotifyService, nw.RunRenewal}
+	if cfg.Hangup != nil {
+		companions = append(companions, func(ctx context.Context) { a.forwardHangups(ctx, cfg.Hangup) })
+	}
+	if err := supervise(ctx, a.Run, companions...); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	return nil
+}
+
+// supervise runs main and its companions until main returns or ctx is done,
+// then stops the companions and waits for them: none outlives it.
+func supervise(ctx context.Context, main func(context.Context) error, companions ...func(context.Context)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, c := range companions {
+		wg.Go(func() { c(ctx) })
+	}
+	err := main(ctx)
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// forwardHangups asks for a probe of the drivers and the inventory on each
+// SIGHUP, until ctx is done.
+func (a *Agent) forwardHangups(ctx context.Context, hup <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			a.log.Info("SIGHUP: probing the drivers and the inventory again")
+			a.Reprobe()
+		}
+	}
+}
