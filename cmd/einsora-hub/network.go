@@ -33,6 +33,7 @@ authority in --data. SIGINT or SIGTERM drains: waiting agents are told to reconn
 			opts.Version = version
 			opts.Ready = func(adminURL, agentURL string) {
 				fmt.Fprintf(cmd.OutOrStdout(), "einsora-hub serve: admin API on %s, agents connect to %s, data in %s\n", adminURL, agentURL, opts.DataDir)
+				notifyReady(opts.Logger, adminURL, agentURL)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

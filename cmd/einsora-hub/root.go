@@ -35,6 +35,7 @@ func newRoot() *cobra.Command {
 		c.PersistentFlags().StringVar(&g.data, "data", cli.DefaultHubDataDir(), "the hub's data directory, which holds the admin token")
 		root.AddCommand(c)
 	}
+	root.AddCommand(cli.GenDocsCmd(root, version))
 	return root
 }
 
@@ -211,7 +212,7 @@ func machineCmd(g *globals) *cobra.Command {
 				last = m.LastSync.Format(time.RFC3339)
 			}
 			rows[i] = []string{m.ID, m.Name, m.Owner, m.Region, fmt.Sprint(m.Online), last,
-				fmt.Sprintf("%d/%d", m.AppliedGeneration, m.DesiredGeneration), m.AgentVersion}
+				fmt.Sprintf("%d/%d", m.AppliedGeneration, m.DesiredGeneration), agentColumn(m.AgentVersion, version)}
 		}
 		table(ls, "ID\tNAME\tOWNER\tREGION\tONLINE\tLAST_SYNC\tAPPLIED/DESIRED\tAGENT", rows)
 		return nil

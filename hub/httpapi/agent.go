@@ -25,7 +25,9 @@ func (a *API) SyncHandler(identify func(*http.Request) (string, error)) http.Han
 			a.fail(w, r, err, "sync failed", "the hub failed to sync; the agent will retry", "machine", machineID)
 			return
 		}
-		writeJSON(w, http.StatusOK, resp)
+		out := *resp // a copy: resp may be the cached desired state
+		out.ProtocolVersion = protocol.Version
+		writeJSON(w, http.StatusOK, &out)
 	})
 }
 

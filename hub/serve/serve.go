@@ -354,7 +354,8 @@ func (s *Server) isDraining() bool {
 
 func (s *Server) writeReconnect(w http.ResponseWriter) {
 	resp := protocol.SyncResponse{
-		StoreID: s.hub.StoreID(), Unchanged: true, Workloads: []protocol.DesiredWorkload{},
+		ProtocolVersion: protocol.Version,
+		StoreID:         s.hub.StoreID(), Unchanged: true, Workloads: []protocol.DesiredWorkload{},
 		Reconnect: &protocol.Reconnect{URL: s.drainTo}, HubTime: s.clk.Now(),
 	}
 	w.Header().Set("Content-Type", "application/json")
