@@ -87,8 +87,9 @@ func (h *Hub) dropStatuses(machineID string, n int) {
 // noteLine writes a line of kind on a workload's timeline from what an
 // agent reported: a line of the same kind within collapseWindow of the
 // first of its run replaces it with a count, and the timeline is trimmed
-// to TimelineMax. It returns how many old lines went.
-func (h *Hub) noteLine(tx store.Tx, now time.Time, workload, kind, text string) (int, error) {
+// to TimelineMax. It returns how many old lines went, and whether the line
+// collapsed into the one before.
+func (h *Hub) noteLine(tx store.Tx, now time.Time, workload, kind, text string) (trimmed int, collapsed bool, err error) {
 	e := store.TimelineEntry{Workload: workload, At: now, Text: text, Kind: kind, Count: 1, First: now}
 	last, err := tx.LastTimeline(workload)
 	switch {
@@ -96,15 +97,17 @@ func (h *Hub) noteLine(tx store.Tx, now time.Time, workload, kind, text string) 
 		e.Count, e.First = max(last.Count, 1)+1, last.First
 		e.Text = fmt.Sprintf("%s (×%d in %d min)", text, e.Count, max(1, int(math.Ceil(now.Sub(e.First).Minutes()))))
 		if err := tx.ReplaceLastTimeline(e); err != nil {
-			return 0, err
+			return 0, false, err
 		}
+		collapsed = true
 	case err == nil || errors.Is(err, store.ErrNotFound):
 		if err := tx.AddTimeline(e); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 	default:
-		return 0, err
+		return 0, false, err
 	}
-	return tx.TrimTimeline(workload, h.cfg.TimelineMax,
+	trimmed, err = tx.TrimTimeline(workload, h.cfg.TimelineMax,
 		fmt.Sprintf("older lines were dropped: a timeline keeps its latest %d lines", h.cfg.TimelineMax))
+	return trimmed, collapsed, err
 }

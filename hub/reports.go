@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -227,15 +228,21 @@ func (h *Hub) noteReturn(tx store.Tx, m store.Machine, placed []store.Workload, 
 	default:
 		return 0, nil
 	}
-	h.log.Info(text)
-	trimmed := 0
-	for _, w := range placed {
-		n, err := h.noteLine(tx, now, w.ID, kind, text)
+	trimmed, repeated := 0, false
+	for i, w := range placed {
+		n, collapsed, err := h.noteLine(tx, now, w.ID, kind, text)
 		if err != nil {
 			return 0, err
 		}
 		trimmed += n
+		repeated = repeated || i == 0 && collapsed
 	}
+	// A line that only adds to a count is no news for the operator's log.
+	level := slog.LevelInfo
+	if repeated {
+		level = slog.LevelDebug
+	}
+	h.log.Log(context.Background(), level, text)
 	return trimmed, nil
 }
 
