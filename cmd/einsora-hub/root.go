@@ -28,7 +28,7 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(soloCmd(), serveCmd(), versionCmd())
 	g := &globals{}
-	for _, c := range []*cobra.Command{tenantCmd(g), tokenCmd(g), classCmd(g), machineCmd(g), workloadCmd(g)} {
+	for _, c := range []*cobra.Command{tenantCmd(g), tokenCmd(g), classCmd(g), machineCmd(g), workloadCmd(g), certCmd(g)} {
 		c.PersistentFlags().StringVar(&g.hub, "hub", envOr("EINSORA_HUB", "http://127.0.0.1:7480"), "admin API of the hub (env EINSORA_HUB)")
 		c.PersistentFlags().StringVar(&g.data, "data", cli.DefaultHubDataDir(), "the hub's data directory, which holds the admin token")
 		root.AddCommand(c)
@@ -231,10 +231,11 @@ func machineCmd(g *globals) *cobra.Command {
 			if m.CertExpires != nil {
 				fmt.Fprintf(out, "cert:        expires %s\n", m.CertExpires.Format(time.RFC3339))
 			}
+			printCertificates(out, m.Certificates)
 			return nil
 		})(cmd, args)
 	}
-	cmd.AddCommand(ls, show, machineRevokeCmd(g), machineRemoveCmd(g))
+	cmd.AddCommand(ls, show, machineRevokeCmd(g), machineRemoveCmd(g), machineReplaceCmd(g))
 	return cmd
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub"
+	"einsora.dev/edge/hub/ca"
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/protocol"
 )
@@ -29,6 +30,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("missing_agent_started_writes_nothing", func(t *testing.T) { testMissingAgentStarted(t, open(t)) })
 	t.Run("timeline_keeps_its_newest_lines", func(t *testing.T) { testTimelineMax(t, open(t)) })
 	t.Run("removed_workloads_timelines_are_retired", func(t *testing.T) { testRetention(t, open(t)) })
+	t.Run("takeover_refused_until_replaced", func(t *testing.T) { testTakeover(t, open(t)) })
 }
 
 // Epoch is the fake clock's start in every attack.
@@ -47,6 +49,30 @@ type Hub struct {
 func New(t testing.TB, st store.Store, cfg hub.Config) *Hub {
 	t.Helper()
 	clk := clock.NewFake(Epoch)
+	if cfg.CA != nil {
+		t.Fatal("attacktest.New: use NewEnrolling for a hub with a CA")
+	}
+	return newHub(t, st, cfg, clk)
+}
+
+// NewEnrolling returns a hub with a CA (in a temporary directory) on the
+// same fake clock, and the tenant "acme".
+func NewEnrolling(t testing.TB, st store.Store) *Hub {
+	t.Helper()
+	clk := clock.NewFake(Epoch)
+	authority, err := ca.Open(ca.Options{Dir: t.TempDir(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHub(t, st, hub.Config{CA: authority}, clk)
+	if err := h.CreateTenant(context.Background(), "acme"); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func newHub(t testing.TB, st store.Store, cfg hub.Config, clk *clock.Fake) *Hub {
+	t.Helper()
 	cfg.Store, cfg.Clock = st, clk
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
