@@ -18,6 +18,15 @@ import (
 // holds a live one unless an operator replaced it, and refuses revoked
 // serials at the TLS layer and on every request.
 
+// ErrCertificateRevoked: the client certificate was revoked by serial, or
+// replaced (403). It is an ErrRevoked too, which agents read as revoked.
+var ErrCertificateRevoked error = certificateRevoked{}
+
+type certificateRevoked struct{}
+
+func (certificateRevoked) Error() string        { return "certificate revoked" }
+func (certificateRevoked) Is(target error) bool { return target == ErrRevoked }
+
 // maxCertificates bounds the certificates kept per machine: renewals add
 // one each, so an agent renewing in a loop would grow the table. Past it,
 // the oldest are forgotten, and a forgotten serial of a machine whose
@@ -180,7 +189,7 @@ func (h *Hub) CheckCertificate(ctx context.Context, machineID, serial string) er
 				return err
 			}
 			if len(cs) > 0 {
-				return fmt.Errorf("certificate %s of machine %s: %w: the hub has no record of it", serial, machineID, ErrRevoked)
+				return fmt.Errorf("certificate %s of machine %s: %w: the hub has no record of it", serial, machineID, ErrCertificateRevoked)
 			}
 			return nil // issued before serials were stored
 		}
@@ -192,10 +201,10 @@ func (h *Hub) CheckCertificate(ctx context.Context, machineID, serial string) er
 	case !known:
 		return nil
 	case c.Machine != machineID:
-		return fmt.Errorf("certificate %s names machine %s but was issued to %s: %w", serial, machineID, c.Machine, ErrRevoked)
+		return fmt.Errorf("certificate %s names machine %s but was issued to %s: %w", serial, machineID, c.Machine, ErrCertificateRevoked)
 	case !c.Revoked.IsZero():
-		return fmt.Errorf("certificate %s of machine %s: %w at %s (the machine was replaced or the certificate revoked by an operator); enrol again with a new token",
-			serial, machineID, ErrRevoked, c.Revoked.UTC().Format(time.RFC3339))
+		return fmt.Errorf("certificate %s of machine %s: %w at %s (the machine was replaced, or an operator revoked the certificate)",
+			serial, machineID, ErrCertificateRevoked, c.Revoked.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

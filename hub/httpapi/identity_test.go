@@ -51,7 +51,7 @@ func TestReplacedCertificateRefusedOnEveryRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := renew()
-	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "revoked") {
+	if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "revoked") || !strings.Contains(rec.Body.String(), "einsora-agent enroll") {
 		t.Errorf("a replaced certificate on an open connection: %d %s, want 403 revoked", rec.Code, rec.Body)
 	}
 	h.clk.Advance(time.Minute)
