@@ -2,12 +2,16 @@ package hub_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/attacktest"
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/hub/store/sqlite"
+	"einsora.dev/edge/protocol"
 )
 
 func openSQLite(t testing.TB) store.Store {
@@ -24,4 +28,19 @@ func openSQLite(t testing.TB) store.Store {
 // PostgreSQL.
 func TestAttacks(t *testing.T) {
 	attacktest.Run(t, func(t *testing.T) store.Store { return openSQLite(t) })
+}
+
+// The hub itself refuses what it would store unprintable, whatever its
+// caller (solo's in-process CLI included).
+func TestCreateWorkloadRefusesUnprintableText(t *testing.T) {
+	h := attacktest.New(t, openSQLite(t), hub.Config{})
+	h.Machine("m-1")
+	for _, spec := range []hub.WorkloadSpec{
+		{Tenant: "local", Name: "web", Kind: protocol.KindContainer, Class: "cpu-1", Region: "local", Image: "sim:\x1b[2J"},
+		{Tenant: "local", Name: "web", Kind: protocol.KindContainer, Class: "cpu-1", Region: "lo\u202ecal", Image: "sim:"},
+	} {
+		if _, err := h.CreateWorkload(context.Background(), spec); !errors.Is(err, hub.ErrInvalid) || strings.Contains(err.Error(), "\x1b") {
+			t.Errorf("%+v: got %v, want ErrInvalid without the raw text", spec, err)
+		}
+	}
 }

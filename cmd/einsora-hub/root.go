@@ -143,6 +143,7 @@ func tenantCmd(g *globals) *cobra.Command {
 		if err != nil || g.json {
 			return orJSON(ls, ts, err)
 		}
+		plain(ts)
 		rows := make([][]string, len(ts))
 		for i, t := range ts {
 			rows[i] = []string{t.Name, t.Created.Format(time.RFC3339)}
@@ -171,6 +172,7 @@ func classCmd(g *globals) *cobra.Command {
 		if err != nil || g.json {
 			return orJSON(ls, cs, err)
 		}
+		plain(cs)
 		rows := make([][]string, len(cs))
 		for i, c := range cs {
 			rows[i] = []string{c.Name, c.Accelerator, fmt.Sprint(c.Devices), fmt.Sprint(c.CPUs), fmt.Sprint(c.MemoryMB)}
@@ -201,6 +203,7 @@ func machineCmd(g *globals) *cobra.Command {
 		if err != nil || g.json {
 			return orJSON(ls, ms, err)
 		}
+		plain(ms)
 		rows := make([][]string, len(ms))
 		for i, m := range ms {
 			last := "never"
@@ -221,6 +224,7 @@ func machineCmd(g *globals) *cobra.Command {
 			if err != nil || g.json {
 				return orJSON(show, m, err)
 			}
+			plain(&m)
 			out := show.OutOrStdout()
 			fmt.Fprintf(out, "id:          %s\nname:        %s\nowner:       %s\nregion:      %s\nonline:      %v\n", m.ID, m.Name, m.Owner, m.Region, m.Online)
 			fmt.Fprintf(out, "generation:  applied %d of %d\nagent:       %s\nplatform:    %s/%s\ndrivers:     %s\n",
@@ -272,6 +276,7 @@ func workloadCmd(g *globals) *cobra.Command {
 		if err != nil || g.json {
 			return orJSON(ls, ws, err)
 		}
+		plain(ws)
 		rows := make([][]string, len(ws))
 		for i, w := range ws {
 			rows[i] = []string{w.ID, w.Name, w.Tenant, w.Kind, w.Class, w.State, w.Machine, w.Driver, fmt.Sprint(w.Attempt)}
@@ -288,6 +293,7 @@ func workloadCmd(g *globals) *cobra.Command {
 			if err != nil || g.json {
 				return orJSON(show, w, err)
 			}
+			plain(&w)
 			fmt.Fprintf(show.OutOrStdout(), "id:       %s\nname:     %s\ntenant:   %s\nkind:     %s\nclass:    %s\nregion:   %s\nimage:    %s\nstate:    %s\nmachine:  %s\ndriver:   %s\nattempt:  %d\nreason:   %s\n",
 				w.ID, w.Name, w.Tenant, w.Kind, w.Class, w.Region, w.Image, w.State, w.Machine, w.Driver, w.Attempt, w.Reason)
 			return nil
@@ -314,6 +320,7 @@ func workloadCmd(g *globals) *cobra.Command {
 			if err != nil || g.json {
 				return orJSON(tl, es, err)
 			}
+			plain(es)
 			for _, e := range es {
 				fmt.Fprintf(tl.OutOrStdout(), "%s  %s\n", e.At.Format(time.RFC3339), e.Text)
 			}
