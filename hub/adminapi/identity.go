@@ -29,3 +29,17 @@ func (c *Client) RevokeCertificate(ctx context.Context, machineID, serial string
 	}
 	return c.do(ctx, http.MethodPost, "/v1/machines/"+url.PathEscape(machineID)+"/revoke?serial="+url.QueryEscape(serial), nil, nil)
 }
+
+// Counters are what the hub refused or bounded of untrusted input since it
+// started (GET /v1/counters).
+type Counters struct {
+	DroppedStatuses      int64 `json:"dropped_statuses"`
+	StaleStatuses        int64 `json:"stale_statuses"`
+	TimelineLinesDropped int64 `json:"timeline_lines_dropped"`
+	TimelineLinesRetired int64 `json:"timeline_lines_retired"`
+}
+
+// Counters reads the hub's counters.
+func (c *Client) Counters(ctx context.Context) (out Counters, err error) {
+	return out, c.do(ctx, http.MethodGet, "/v1/counters", nil, &out)
+}

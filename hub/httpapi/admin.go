@@ -28,6 +28,7 @@ func (a *API) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/machines/{id}/revoke", a.revokeMachine)
 	mux.HandleFunc("POST /v1/machines/{id}/replace", a.act(a.hub.ReplaceMachine))
 	mux.HandleFunc("POST /v1/certificates/{serial}/revoke", a.revokeCertificate)
+	mux.HandleFunc("GET /v1/counters", a.counters)
 	mux.HandleFunc("DELETE /v1/machines/{id}", a.act(a.hub.RemoveMachine))
 	mux.HandleFunc("POST /v1/tokens", a.createToken)
 	mux.HandleFunc("GET /v1/workloads", a.listWorkloads)

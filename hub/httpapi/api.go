@@ -46,6 +46,7 @@ type Hub interface {
 	ParkWorkload(ctx context.Context, id string) error
 	DeleteWorkload(ctx context.Context, id string) error
 	Timeline(ctx context.Context, id string) ([]store.TimelineEntry, error)
+	Counters() hub.Counters
 }
 
 var _ Hub = (*hub.Hub)(nil)

@@ -32,6 +32,16 @@ func (a *API) revokeCertificate(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// counters serves GET /v1/counters: what the hub refused or bounded of
+// untrusted input since it started.
+func (a *API) counters(w http.ResponseWriter, r *http.Request) {
+	c := a.hub.Counters()
+	writeJSON(w, http.StatusOK, adminapi.Counters{
+		DroppedStatuses: c.DroppedStatuses, StaleStatuses: c.StaleStatuses,
+		TimelineLinesDropped: c.TimelineLinesDropped, TimelineLinesRetired: c.TimelineLinesRetired,
+	})
+}
+
 func certificatesOut(cs []store.Certificate) []adminapi.Certificate {
 	out := make([]adminapi.Certificate, len(cs))
 	for i, c := range cs {

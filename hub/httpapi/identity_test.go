@@ -89,3 +89,19 @@ func TestReplacedCertificateRefusedOnEveryRequest(t *testing.T) {
 		t.Errorf("revoked by serial alone: %v", err)
 	}
 }
+
+// The admin API shows the hub's counters of dropped statuses.
+func TestCountersShowDroppedStatuses(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	if _, err := h.Sync(context.Background(), "m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version,
+		Statuses: []protocol.Status{{Workload: "made-up", Code: protocol.CodeRunning}}}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h.api.AdminHandler("secret"))
+	t.Cleanup(srv.Close)
+	c, err := (&adminapi.Client{BaseURL: srv.URL, Token: "secret"}).Counters(context.Background())
+	if err != nil || c.DroppedStatuses != 1 {
+		t.Errorf("counters %+v (%v), want one dropped status", c, err)
+	}
+}
