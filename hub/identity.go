@@ -27,6 +27,10 @@ type certificateRevoked struct{}
 func (certificateRevoked) Error() string        { return "certificate revoked" }
 func (certificateRevoked) Is(target error) bool { return target == ErrRevoked }
 
+// legacySerialPrefix names the placeholder of a certificate issued before
+// serials were stored; no real serial (hex) starts with it.
+const legacySerialPrefix = "before-serials:"
+
 // maxCertificates bounds the certificates kept per machine: renewals add
 // one each, so an agent renewing in a loop would grow the table. Past it,
 // the oldest are forgotten, and a forgotten serial of a machine whose
@@ -65,7 +69,7 @@ func liveCertificate(tx store.Tx, m store.Machine, now time.Time) (serial string
 		}
 	}
 	if len(cs) == 0 && now.Before(m.CertExpires) {
-		return "(issued before serials were stored)", m.CertExpires, true, nil
+		return "unknown: issued before serials were stored", m.CertExpires, true, nil
 	}
 	return "", time.Time{}, false, nil
 }
@@ -95,12 +99,27 @@ func (h *Hub) ReplaceMachine(ctx context.Context, id string) error {
 		if m.Revoked {
 			return fmt.Errorf("%w: machine %s was revoked for good; it cannot be replaced, only removed (einsora-hub machine rm %s)", ErrInvalid, id, id)
 		}
+		cs, err := tx.Certificates(id)
+		if err != nil {
+			return err
+		}
 		revoked, err = h.revokeWhere(tx, id, func(store.Certificate) bool { return true })
 		if err != nil {
 			return err
 		}
-		// A certificate issued before serials were stored cannot be
-		// revoked by serial; its expiry no longer blocks enrolment.
+		now := h.clk.Now()
+		if len(cs) == 0 && now.Before(m.CertExpires) {
+			// A certificate issued before serials were stored has no
+			// serial to revoke. A revoked placeholder gives the machine a
+			// record, so every serial not on it is refused until the old
+			// certificate would have expired.
+			legacy := store.Certificate{Serial: legacySerialPrefix + id, Machine: id, Issued: now, Expires: m.CertExpires, Revoked: now}
+			if err := tx.PutCertificate(legacy); err != nil {
+				return err
+			}
+			revoked = append(revoked, legacy.Serial)
+		}
+		// Its expiry no longer blocks enrolment.
 		m.CertExpires = time.Time{}
 		return tx.PutMachine(m)
 	})

@@ -31,6 +31,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("timeline_keeps_its_newest_lines", func(t *testing.T) { testTimelineMax(t, open(t)) })
 	t.Run("removed_workloads_timelines_are_retired", func(t *testing.T) { testRetention(t, open(t)) })
 	t.Run("takeover_refused_until_replaced", func(t *testing.T) { testTakeover(t, open(t)) })
+	t.Run("certificate_without_serial_replaced", func(t *testing.T) { testLegacyCertificate(t, open(t)) })
 }
 
 // Epoch is the fake clock's start in every attack.

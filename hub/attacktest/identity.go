@@ -130,3 +130,37 @@ func testTakeover(t *testing.T, st store.Store) {
 		t.Errorf("enrolment with every certificate revoked: %v", err)
 	}
 }
+
+// A machine enrolled before serials were stored holds a certificate the hub
+// has no serial of: it still blocks a takeover until it expires, and after
+// replace no certificate without a record is honoured.
+func testLegacyCertificate(t *testing.T, st store.Store) {
+	ctx := context.Background()
+	h := NewEnrolling(t, st)
+	err := st.Update(ctx, func(tx store.Tx) error {
+		return tx.PutMachine(store.Machine{ID: "m-old", Owner: "acme", Region: "local", Registered: Epoch, CertExpires: Epoch.Add(24 * time.Hour)})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.CheckCertificate(ctx, "m-old", "0a"); err != nil {
+		t.Fatalf("the certificate of a machine with no serials on record: %v", err)
+	}
+	tok := h.Token()
+	if _, err := h.Enrol(tok, "m-old"); !errors.Is(err, hub.ErrForbidden) {
+		t.Fatalf("takeover of a machine with a live certificate of no serial: got %v, want refused", err)
+	}
+	if err := h.ReplaceMachine(ctx, "m-old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.CheckCertificate(ctx, "m-old", "0a"); !errors.Is(err, hub.ErrRevoked) {
+		t.Errorf("the old certificate after replace: got %v, want refused", err)
+	}
+	serial, err := h.Enrol(tok, "m-old")
+	if err != nil {
+		t.Fatalf("enrolment after replace: %v", err)
+	}
+	if err := h.CheckCertificate(ctx, "m-old", serial); err != nil {
+		t.Errorf("the new certificate: %v", err)
+	}
+}
