@@ -55,7 +55,7 @@ func (h *Hub) Counters() Counters {
 	return Counters{
 		DroppedStatuses:      h.dropped.statuses.Load(),
 		StaleStatuses:        h.dropped.stale.Load(),
-		TimelineLinesDropped: h.dropped.trimmed.Load(),
+		TimelineLinesDropped: h.dropped.trimmed.Load() + h.ctl.trimmedLines.Load(),
 		TimelineLinesRetired: h.ctl.retiredLines.Load(),
 	}
 }
@@ -107,7 +107,11 @@ func (h *Hub) noteLine(tx store.Tx, now time.Time, workload, kind, text string) 
 	default:
 		return 0, false, err
 	}
-	trimmed, err = tx.TrimTimeline(workload, h.cfg.TimelineMax,
-		fmt.Sprintf("older lines were dropped: a timeline keeps its latest %d lines", h.cfg.TimelineMax))
+	trimmed, err = tx.TrimTimeline(workload, h.cfg.TimelineMax, trimNote(h.cfg.TimelineMax))
 	return trimmed, collapsed, err
+}
+
+// trimNote is the top line of a timeline that lost its oldest lines.
+func trimNote(max int) string {
+	return fmt.Sprintf("older lines were dropped: a timeline keeps its latest %d lines", max)
 }

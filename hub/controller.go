@@ -41,10 +41,10 @@ type Controller struct {
 
 	lead leadership
 
-	// retained is when retain (retention.go) last ran; retiredLines
-	// counts the lines it deleted.
-	retained     time.Time
-	retiredLines atomic.Int64
+	// retained is when retain (retention.go) last ran; retiredLines and
+	// trimmedLines count the lines it deleted.
+	retained                   time.Time
+	retiredLines, trimmedLines atomic.Int64
 }
 
 // newController returns the controller of cfg.Region; cfg has its

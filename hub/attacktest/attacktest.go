@@ -29,6 +29,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("boot_id_changing_every_sync_is_bounded", func(t *testing.T) { testRebootFlood(t, open(t)) })
 	t.Run("missing_agent_started_writes_nothing", func(t *testing.T) { testMissingAgentStarted(t, open(t)) })
 	t.Run("timeline_keeps_its_newest_lines", func(t *testing.T) { testTimelineMax(t, open(t)) })
+	t.Run("every_timeline_trimmed_by_the_leader", func(t *testing.T) { testLeaderTrims(t, open(t)) })
 	t.Run("removed_workloads_timelines_are_retired", func(t *testing.T) { testRetention(t, open(t)) })
 	t.Run("takeover_refused_until_replaced", func(t *testing.T) { testTakeover(t, open(t)) })
 	t.Run("certificate_without_serial_replaced", func(t *testing.T) { testLegacyCertificate(t, open(t)) })
@@ -371,6 +372,51 @@ func testTimelineMax(t *testing.T, st store.Store) {
 	if got := h.Counters().TimelineLinesDropped; got == 0 {
 		t.Error("trimmed lines not counted")
 	}
+}
+
+// Timelines the report path does not write to (a queued workload's, whose
+// reason may change with every machine that comes and goes) are trimmed by
+// the leader's retention pass.
+func testLeaderTrims(t *testing.T, st store.Store) {
+	const keep = 5
+	ctx := context.Background()
+	h := New(t, st, hub.Config{TimelineMax: keep})
+	if err := h.EnsureTenant(ctx, "local"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := h.CreateWorkload(ctx, hub.WorkloadSpec{Tenant: "local", Name: "waits", Kind: protocol.KindContainer, Class: "cpu-1", Region: "local", Image: "sim:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = st.Update(ctx, func(tx store.Tx) error {
+		for i := range 20 {
+			if err := tx.AddTimeline(store.TimelineEntry{Workload: w.ID, At: h.Clock.Now(), Text: fmt.Sprintf("queued: reason %d", i)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Clock.Advance(61 * time.Minute)
+	if err := h.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	es := h.Timeline(w.ID)
+	if len(es) != keep || !strings.Contains(es[0].Text, "older lines were dropped") || es[keep-1].Text != "queued: reason 19" {
+		t.Errorf("after the leader's pass: %d lines, top %q, want %d with the note on top and the newest kept", len(es), first2(es), keep)
+	}
+}
+
+func first2(es []store.TimelineEntry) string {
+	if len(es) == 0 {
+		return ""
+	}
+	return es[0].Text
 }
 
 // A removed workload's timeline outlives it by TimelineRetention, then goes

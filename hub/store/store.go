@@ -85,6 +85,9 @@ type Tx interface {
 	// any, the oldest line kept is replaced by note, so the timeline says
 	// at its top that it lost lines. It returns how many it dropped.
 	TrimTimeline(workloadID string, keep int, note string) (int, error)
+	// LongTimelines returns the workloads whose timelines hold more than
+	// keep lines, at most limit of them.
+	LongTimelines(keep, limit int) ([]string, error)
 	// DeleteRemovedTimelines deletes the lines of every workload no longer
 	// in the store whose newest line is older than before, and returns how
 	// many lines went.

@@ -621,6 +621,24 @@ func (t *tx) TrimTimeline(workloadID string, keep int, note string) (int, error)
 	return int(n), err
 }
 
+func (t *tx) LongTimelines(keep, limit int) ([]string, error) {
+	rows, err := t.query(`SELECT workload FROM timeline GROUP BY workload HAVING COUNT(*) > ?
+		ORDER BY workload`+t.s.d.Collate+` LIMIT ?`, keep, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var w string
+		if err := rows.Scan(&w); err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, t.seen(rows.Err())
+}
+
 func (t *tx) DeleteRemovedTimelines(before time.Time) (int, error) {
 	res, err := t.exec(`DELETE FROM timeline WHERE workload IN (SELECT l.workload FROM timeline l
 		WHERE NOT EXISTS (SELECT 1 FROM workloads w WHERE w.id = l.workload)

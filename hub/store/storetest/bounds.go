@@ -87,6 +87,18 @@ func testTimelineBounds(t *testing.T, s store.Store) {
 	if got := timelineTexts(t, s, "w-2"); !slices.Equal(got, []string{"other"}) {
 		t.Errorf("other workload's timeline: got %q", got)
 	}
+	view(t, s, func(tx store.Tx) error {
+		for _, c := range []struct {
+			keep, limit int
+			want        []string
+		}{{3, 10, []string{"w-1"}}, {0, 10, []string{"w-1", "w-2"}}, {0, 1, []string{"w-1"}}, {4, 10, nil}} {
+			got, err := tx.LongTimelines(c.keep, c.limit)
+			if err != nil || !slices.Equal(got, c.want) {
+				t.Errorf("LongTimelines(%d, %d): got %q (%v), want %q", c.keep, c.limit, got, err, c.want)
+			}
+		}
+		return nil
+	})
 }
 
 func testRemovedTimelines(t *testing.T, s store.Store) {
