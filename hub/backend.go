@@ -169,7 +169,7 @@ func (b *agentBackend) Capacity(tx store.Tx, classes map[string]store.Class) (Ca
 	for _, w := range holding {
 		class := classes[w.Class]
 		held[w.Machine] = append(held[w.Machine], placement.Held{
-			Workload: w.ID, Driver: w.Driver, Kind: w.Kind, CPUs: class.CPUs, MemoryMB: class.MemoryMB, Devices: w.Devices,
+			Workload: w.ID, Driver: w.Driver, Kind: w.Kind, Image: w.Image, CPUs: class.CPUs, MemoryMB: class.MemoryMB, Devices: w.Devices,
 		})
 	}
 	pms := make([]placement.Machine, 0, len(ms))

@@ -189,3 +189,10 @@ func (h *Hub) Renew(ctx context.Context, machineID string, csr *x509.Certificate
 	h.log.Debug("certificate renewed", "machine", machineID, "cert_expires", resp.Expires)
 	return resp, nil
 }
+
+// EnrollTokens returns the newest limit enrolment tokens, newest first.
+// Only their hashes are stored: none can be shown again.
+func (h *Hub) EnrollTokens(ctx context.Context, limit int) (ts []store.Token, err error) {
+	err = h.store.View(ctx, func(tx store.Tx) error { ts, err = tx.Tokens(limit); return err })
+	return ts, err
+}

@@ -34,12 +34,19 @@ func newTestHub(t *testing.T) *testHub {
 
 func openTestHub(t *testing.T, path string, clk *clock.Fake) *testHub {
 	t.Helper()
+	return openTestHubAs(t, path, clk, "")
+}
+
+// openTestHubAs opens a hub whose lease holder is holder ("" makes one, as
+// a hub process does).
+func openTestHubAs(t *testing.T, path string, clk *clock.Fake, holder string) *testHub {
+	t.Helper()
 	st, err := sqlite.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	h, err := New(context.Background(), Config{Store: st, Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := New(context.Background(), Config{Store: st, Clock: clk, HolderID: holder, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
