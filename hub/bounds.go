@@ -80,7 +80,9 @@ func (h *Hub) dropStatuses(machineID string, n int) {
 	count, last := h.dropped.unlogged, h.dropped.last
 	h.dropped.logged, h.dropped.unlogged = now, 0
 	h.dropped.mu.Unlock()
-	h.log.Warn("dropped statuses of workloads not placed on the machine that reported them",
+	// Info, not a warning: an honest agent reports a workload once or
+	// twice more after the hub removed it.
+	h.log.Info("dropped statuses of workloads not placed on the machine that reported them",
 		"count", count, "since", droppedLogEvery, "machine", last, "total", h.dropped.statuses.Load())
 }
 
