@@ -120,12 +120,19 @@ func tokenCmd(g *globals) *cobra.Command {
 
 func machineRevokeCmd(g *globals) *cobra.Command {
 	revoke := &cobra.Command{
-		Use:   "revoke ID",
-		Short: "Revoke a machine: its certificate is refused and its agent cut off at once",
+		Use:   "revoke ID [--serial S]",
+		Short: "Revoke a machine: its certificate is refused and its agent cut off at once; with --serial, only that certificate",
 		Args:  cli.Args(cobra.ExactArgs(1)),
 	}
+	var serial string
+	revoke.Flags().StringVar(&serial, "serial", "", "revoke only this certificate of the machine (see: einsora-hub machine show ID)")
 	revoke.RunE = func(cmd *cobra.Command, args []string) error {
-		return run(g, func(ctx context.Context, c *adminapi.Client) error { return c.RevokeMachine(ctx, args[0]) })(cmd, args)
+		return run(g, func(ctx context.Context, c *adminapi.Client) error {
+			if serial != "" {
+				return c.RevokeCertificate(ctx, args[0], serial)
+			}
+			return c.RevokeMachine(ctx, args[0])
+		})(cmd, args)
 	}
 	return revoke
 }

@@ -240,7 +240,11 @@ func (s *Server) verifyConnection(cs tls.ConnectionState) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.hub.CheckMachine(ctx, id); err != nil {
+	err = s.hub.CheckMachine(ctx, id)
+	if err == nil {
+		err = s.hub.CheckCertificate(ctx, id, ca.Serial(cs.PeerCertificates[0]))
+	}
+	if err != nil {
 		s.log.Debug("handshake refused", "machine", id, "err", err, "resumed", cs.DidResume)
 		return err
 	}
