@@ -262,6 +262,7 @@ func (a *Agent) refreshInventory(ctx context.Context) {
 	if len(inv.Drivers) == 0 {
 		inv.Notes = append(inv.Notes, NoRuntimeNote(a.cfg.Drivers.Names()))
 	}
+	withdrawCapacity(&inv, a.cfg.Drivers)
 	added, dropped := a.cfg.Drivers.Offer(inv.Drivers...)
 	if a.firstProbe.CompareAndSwap(false, true) {
 		// Every driver starts out offered: what the first probe drops
