@@ -154,11 +154,20 @@ func newHTTPTransport(tc *tls.Config) *http.Transport {
 // fingerprint fp: the connection is refused before the token or the CSR is
 // sent if the hub cannot prove it holds that CA.
 func Enroll(ctx context.Context, hubURL string, fp [32]byte, req *protocol.EnrollRequest) (*protocol.CertificateResponse, error) {
+	return EnrollVia(ctx, nil, hubURL, fp, req)
+}
+
+// EnrollVia is Enroll with the TCP connection made by dial (nil: the
+// package's dialer): the fleet benchmark enrols from many source addresses.
+func EnrollVia(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), hubURL string, fp [32]byte, req *protocol.EnrollRequest) (*protocol.CertificateResponse, error) {
 	u, err := ParseHubURL(hubURL)
 	if err != nil {
 		return nil, err
 	}
 	tr := newHTTPTransport(PinnedTLSConfig(fp, u.Hostname()))
+	if dial != nil {
+		tr.DialContext = dial
+	}
 	defer tr.CloseIdleConnections()
 	body, err := json.Marshal(req)
 	if err != nil {
