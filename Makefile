@@ -42,7 +42,7 @@ bench:
 # of make test.
 N ?= 1000
 bench-fleet: build
-	$(GO) run ./scripts/fleetbench -n $(N) -hub $(BIN)/einsora-hub
+	$(GO) run ./scripts/fleetbench -n $(N) -hub $(BIN)/einsora-hub $(FLEETBENCH_FLAGS)
 
 darwin:
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...

@@ -26,7 +26,7 @@ func main() {
 	var cfg fleetbench.Config
 	flag.IntVar(&cfg.N, "n", 1000, "simulated agents")
 	flag.StringVar(&cfg.HubBin, "hub", "bin/einsora-hub", "the einsora-hub binary to measure")
-	flag.DurationVar(&cfg.Window, "window", 30*time.Second, "how long idle CPU and traffic are measured (at least one 25 s poll hold)")
+	flag.DurationVar(&cfg.Window, "window", 50*time.Second, "how long idle CPU and traffic are measured: a whole number of poll holds (25 s), so every agent polls as often in it")
 	flag.IntVar(&cfg.Changes, "changes", 60, "single-workload changes measured (create, park, run cycles)")
 	keep := flag.Bool("keep", false, "keep the hub's data directory and logs")
 	flag.Parse()
