@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -90,5 +93,47 @@ func TestRefusalNamedWithoutAProbeConnection(t *testing.T) {
 	}
 	if !errors.As(err, &refused) || refused.Alert != "unknown certificate authority" {
 		t.Fatalf("got %v, want the refusal named by the second try", err)
+	}
+}
+
+// A poll on a connection that served before, cut when the hub goes away,
+// is no refusal: the next try speaks HTTP/2 at once, without the
+// diagnostic wait.
+func TestCutPollIsNotDiagnosed(t *testing.T) {
+	hubCA := newTestCA(t)
+	held := make(chan struct{}, 1)
+	var protos []int
+	var mu sync.Mutex
+	srv, _ := countingServer(t, hubCA.issue(t, "hub", x509.ExtKeyUsageServerAuth, "127.0.0.1"), func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		protos = append(protos, r.ProtoMajor)
+		n := len(protos)
+		mu.Unlock()
+		if n == 2 {
+			held <- struct{}{}
+			<-r.Context().Done()
+			return
+		}
+		json.NewEncoder(w).Encode(protocol.SyncResponse{StoreID: "st-1"})
+	})
+	tr := newTransport(t, hubCA, srv.URL, nil)
+	req := &protocol.SyncRequest{ProtocolVersion: protocol.Version}
+	if _, err := tr.Sync(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := tr.Sync(context.Background(), req); done <- err }()
+	<-held
+	srv.CloseClientConnections()
+	if err := <-done; err == nil {
+		t.Fatal("the cut poll succeeded")
+	}
+	if _, err := tr.Sync(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(protos) != 3 || protos[2] != 2 {
+		t.Fatalf("requests by HTTP major version %v, want the third over HTTP/2", protos)
 	}
 }

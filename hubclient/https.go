@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -464,12 +465,17 @@ func (t *HTTPS) do(ctx context.Context, path string, body []byte, out any) error
 		client = p.diag
 		defer p.diag.CloseIdleConnections()
 	}
-	err := post(ctx, client, base+path, body, out)
+	// A refusal ends a connection's first request; a request on a
+	// connection that served before (a held poll when the hub went down)
+	// needs no diagnosis.
+	var reused atomic.Bool
+	traced := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused.Store(i.Reused) }})
+	err := post(traced, client, base+path, body, out)
 	if ctx.Err() == nil {
 		// No second connection now: the caller retries on its own
 		// backoff, and that try reads the hub's reason.
 		t.mu.Lock()
-		t.diagnose = err != nil && closedEarly(err)
+		t.diagnose = err != nil && !reused.Load() && closedEarly(err)
 		t.mu.Unlock()
 	}
 	if leaf := t.cert.Load().Leaf; err != nil && ctx.Err() == nil && leaf != nil && t.clk.Now().After(leaf.NotAfter) {
