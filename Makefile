@@ -8,7 +8,7 @@ BIN     := bin
 # Run from the module proxy, not a dependency of the module.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build run test test-short lint fmt bench bench-fleet darwin clean deb
+.PHONY: build run test test-short lint fmt bench bench-fleet darwin clean deb formula
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
@@ -46,6 +46,15 @@ bench-fleet: build
 
 darwin:
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
+
+# The Homebrew formula with a release's url and sha256:
+#   make formula URL=https://.../einsora-edge-1.2.0.tar.gz VERSION=1.2.0 [TARBALL=path]
+formula:
+	@test -n "$(URL)" || { echo "make formula: set URL=https://..." >&2; exit 2; }
+	mkdir -p dist
+	scripts/render-formula.sh "$(URL)" "$(patsubst v%,%,$(VERSION))" $(TARBALL) > dist/einsora-agent.rb.tmp
+	mv dist/einsora-agent.rb.tmp dist/einsora-agent.rb
+	@echo "wrote dist/einsora-agent.rb"
 
 clean:
 	rm -rf $(BIN) $(DATA)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gofrs/flock"
 
+	"einsora.dev/edge/agent/logs"
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/drivers"
 	"einsora.dev/edge/hubclient"
@@ -49,6 +50,18 @@ type Config struct {
 	InventoryInterval time.Duration
 	// Backoff paces reconnects after failed syncs.
 	Backoff hubclient.Backoff
+	// RestartBackoff is the wait before a workload's first local restart
+	// under its restart policy, doubled for each next one up to
+	// RestartBackoffMax (defaults in restart.go).
+	RestartBackoff    time.Duration
+	RestartBackoffMax time.Duration
+	// LogDir holds the rings of workload output (agent/logs); empty means
+	// StateDir/logs. LogMaxBytes bounds each workload's ring; 0 means
+	// logs.DefaultMaxBytes (10 MiB).
+	LogDir      string
+	LogMaxBytes int64
+	// OnApplyPass, if set, is told each apply pass's duration (metrics).
+	OnApplyPass func(time.Duration)
 }
 
 // Defaults.
@@ -70,6 +83,9 @@ type Agent struct {
 	wakeApply chan struct{}
 	reprobe   chan struct{}
 	calls     calls
+	restarts  restartBook
+	logs      *logs.Store
+	followers logFollowers
 	// lastPass is when the apply loop last finished a pass (Unix
 	// nanoseconds, wall clock): the watchdog's sign of life.
 	lastPass atomic.Int64
@@ -140,6 +156,11 @@ func Open(cfg Config) (*Agent, error) {
 		lock.Unlock()
 		return nil, fmt.Errorf("agent: %w", err)
 	}
+	logStore, err := openLogs(cfg)
+	if err != nil {
+		lock.Unlock()
+		return nil, fmt.Errorf("agent: %w", err)
+	}
 	a := &Agent{
 		cfg:       cfg,
 		log:       cfg.Logger.With("component", "agent"),
@@ -154,6 +175,7 @@ func Open(cfg Config) (*Agent, error) {
 		state:     st,
 		statuses:  map[string]protocol.Status{},
 		lastErr:   loadLastErrors(cfg.StateDir),
+		logs:      logStore,
 	}
 	return a, nil
 }
@@ -161,8 +183,9 @@ func Open(cfg Config) (*Agent, error) {
 // MachineID is the ID saved next to the agent's state.
 func (a *Agent) MachineID() string { return a.machineID }
 
-// Close releases the lock. Call it after Run returned.
-func (a *Agent) Close() error { return a.lock.Unlock() }
+// Close closes the log store and releases the lock. Call it after Run
+// returned.
+func (a *Agent) Close() error { return errors.Join(a.logs.Close(), a.lock.Unlock()) }
 
 // SetTransport sets the transport when it could not be made before Open:
 // an enrolled agent's transport needs the key in the locked state directory.
@@ -181,6 +204,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.inventoryLoop(ctx) })
 	wg.Go(func() { a.wakeOnChanges(ctx) })
 	wg.Wait()
+	// Log follows end with ctx; none may write after Close.
+	a.followers.wg.Wait()
 	return nil
 }
 

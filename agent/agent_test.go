@@ -424,9 +424,17 @@ func TestStoreChangeKeepsEverythingAndIsReported(t *testing.T) {
 	f.set(run("w-1", 1))
 	waitCode(t, f, "w-1", protocol.CodeRunning)
 	f.setRaw(protocol.SyncResponse{StoreID: "st-2", Generation: 1, Workloads: []protocol.DesiredWorkload{}})
+	// The change is reported until the hub has heard it, so look at every
+	// request, not only the last: a loaded machine may poll past it.
 	waitFor(t, "the agent to report the store change", func() bool {
-		r := f.lastRequest()
-		return r != nil && r.PreviousStoreID == "st-1"
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, r := range f.reqs {
+			if r.PreviousStoreID == "st-1" {
+				return true
+			}
+		}
+		return false
 	})
 	waitCode(t, f, "w-1", protocol.CodeUnlisted)
 	if _, err := os.Stat(h.sim.DataDir("w-1")); err != nil {

@@ -119,7 +119,11 @@ func (a *Agent) decide(w want, o observed) action {
 
 func (a *Agent) applyLoop(ctx context.Context) {
 	for {
+		start := a.clk.Now()
 		acted := a.applyPass(ctx)
+		if a.cfg.OnApplyPass != nil {
+			a.cfg.OnApplyPass(a.clk.Now().Sub(start))
+		}
 		a.lastPass.Store(time.Now().UnixNano())
 		wait := a.cfg.ApplyInterval
 		if acted {
@@ -172,6 +176,7 @@ func (a *Agent) applyPass(ctx context.Context) (acted bool) {
 		}
 	}
 
+	a.followLogs(ctx, have)
 	statuses := map[string]protocol.Status{}
 	var gen int64
 	var ws []protocol.DesiredWorkload
@@ -245,7 +250,7 @@ func (a *Agent) applyUnlisted(ctx context.Context, id string, in instanceOf, gen
 
 func sameStatus(x, y protocol.Status) bool {
 	return x.Workload == y.Workload && x.Attempt == y.Attempt && x.Mode == y.Mode && x.Generation == y.Generation &&
-		x.Code == y.Code && x.Detail == y.Detail && (x.ExitCode == nil) == (y.ExitCode == nil) &&
+		x.Code == y.Code && x.Detail == y.Detail && x.Restarts == y.Restarts && (x.ExitCode == nil) == (y.ExitCode == nil) &&
 		(x.ExitCode == nil || *x.ExitCode == *y.ExitCode)
 }
 
@@ -329,7 +334,7 @@ func (a *Agent) applyOne(ctx context.Context, dw protocol.DesiredWorkload, gen i
 			s.Code, s.Detail = protocol.CodeStarting, "agent cannot write its state: "+err.Error()
 			return s, false, true
 		}
-		spec := drivers.Spec{Workload: dw.ID, Attempt: dw.Attempt, Kind: dw.Kind, Image: dw.Image, Resources: dw.Resources}
+		spec := drivers.Spec{Workload: dw.ID, Attempt: dw.Attempt, Kind: dw.Kind, Image: dw.Image, Resources: dw.Resources, WorkloadSpec: dw.WorkloadSpec}
 		err := a.drive(ctx, "start", d, dw.ID, func(ctx context.Context) error { return d.Start(ctx, spec) })
 		s.Code = protocol.CodeStarting
 		if err != nil {
@@ -361,6 +366,9 @@ func (a *Agent) applyOne(ctx context.Context, dw protocol.DesiredWorkload, gen i
 		observeRun(&s, in, has)
 		if s.Code == protocol.CodeLost && h.StartFailure != "" {
 			s.Code, s.Detail = protocol.CodeFailedStart, h.StartFailure
+		}
+		if a.restartLocal(ctx, dw, d, in, has, &s) {
+			return s, true, true
 		}
 	case wantPark:
 		s.Code = protocol.CodeStopped
@@ -495,4 +503,5 @@ func (a *Agent) forget(id string) {
 	if err := saveState(a.cfg.StateDir, a.state); err != nil {
 		a.log.Warn("cannot save agent state", "err", err)
 	}
+	a.dropLogs(id)
 }

@@ -14,6 +14,7 @@ import (
 	"einsora.dev/edge/drivers/docker"
 	"einsora.dev/edge/drivers/macosnative"
 	"einsora.dev/edge/drivers/sim"
+	"einsora.dev/edge/drivers/vz"
 )
 
 // ErrUnknownDriver is returned for a driver name this build does not have.
@@ -64,6 +65,15 @@ func BuildDriversOn(ctx context.Context, list, stateDir, machineID, dockerHost s
 				return err
 			}
 			ds = append(ds, d)
+		case vz.Name:
+			if !vz.Available {
+				return fmt.Errorf("%w %q: this build has no vz: Virtualization.framework needs a darwin build with cgo", ErrUnknownDriver, name)
+			}
+			d, err := vz.New(vz.Options{Dir: filepath.Join(stateDir, vz.Name), Logger: log, Clock: clk})
+			if err != nil {
+				return err
+			}
+			ds = append(ds, d)
 		case docker.NameContainer, docker.NameSandbox:
 			d, err := docker.New(docker.Options{Name: name, Host: dockerHost, Machine: machineID, StateDir: stateDir, Logger: log})
 			if err != nil {
@@ -107,6 +117,9 @@ func realRuntimes() []string {
 		// Native processes are how a Mac's workloads reach its GPU; the
 		// hub offers them only to the machine owner's own workloads.
 		names = append(names, macosnative.Name)
+		if vz.Available {
+			names = append(names, vz.Name)
+		}
 	}
 	return names
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"einsora.dev/edge/clock"
+	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/protocol"
 )
 
@@ -28,6 +29,19 @@ type NetworkedConfig struct {
 	// Hangup delivers SIGHUP: each asks for the drivers and the inventory
 	// to be probed again at once. Nil means none.
 	Hangup <-chan os.Signal
+	// Observer, if set, wraps what the agent is made of (for metrics) and
+	// serves beside it as a companion, stopped and waited for like the
+	// others.
+	Observer Observer
+}
+
+// Observer watches an agent from outside: it may wrap the agent's config
+// (drivers, inventory probe, apply-pass hook) and its transport, and
+// serves until ctx is done.
+type Observer interface {
+	Config(Config) Config
+	Transport(hubclient.Transport) hubclient.Transport
+	Serve(ctx context.Context, log *slog.Logger)
 }
 
 // RunNetworked runs an enrolled agent until ctx is done: it builds the
@@ -51,10 +65,14 @@ func RunNetworked(ctx context.Context, cfg NetworkedConfig) error {
 	defer closeDrivers()
 	// The lock before the hub: a second agent is told who holds it before
 	// anything is sent anywhere.
-	a, err := Open(Config{
+	acfg := Config{
 		StateDir: cfg.StateDir, Drivers: host, Inventory: cfg.Inventory, Logger: log, Version: cfg.Version,
 		DriverTimeout: cfg.DriverTimeout,
-	})
+	}
+	if cfg.Observer != nil {
+		acfg = cfg.Observer.Config(acfg)
+	}
+	a, err := Open(acfg)
 	if err != nil {
 		return err
 	}
@@ -64,12 +82,19 @@ func RunNetworked(ctx context.Context, cfg NetworkedConfig) error {
 		return err
 	}
 	defer nw.Transport().Close()
-	a.SetTransport(nw.Transport())
+	var tr hubclient.Transport = nw.Transport()
+	if cfg.Observer != nil {
+		tr = cfg.Observer.Transport(tr)
+	}
+	a.SetTransport(tr)
 
 	log.Info("agent running", "machine", a.MachineID(), "state", cfg.StateDir, "drivers", host.Names())
 	companions := []func(context.Context){a.NotifyService, nw.RunRenewal}
 	if cfg.Hangup != nil {
 		companions = append(companions, func(ctx context.Context) { a.forwardHangups(ctx, cfg.Hangup) })
+	}
+	if cfg.Observer != nil {
+		companions = append(companions, func(ctx context.Context) { cfg.Observer.Serve(ctx, log) })
 	}
 	if err := supervise(ctx, a.Run, companions...); err != nil {
 		return fmt.Errorf("agent: %w", err)

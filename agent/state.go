@@ -110,6 +110,9 @@ type held struct {
 	Devices []string `json:"devices,omitempty"`
 	// StartFailure is why the driver refused to start the attempt.
 	StartFailure string `json:"start_failure,omitempty"`
+	// Restarts counts the local restarts of StartedAttempt under its
+	// restart policy (restart.go).
+	Restarts int `json:"restarts,omitempty"`
 }
 
 func loadState(dir string) (*localState, error) {

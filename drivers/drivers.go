@@ -6,10 +6,13 @@
 package drivers
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"einsora.dev/edge/protocol"
 )
@@ -38,6 +41,25 @@ type Spec struct {
 	Kind      protocol.Kind
 	Image     string
 	Resources protocol.Resources
+	// WorkloadSpec is the command, environment, ports, working directory,
+	// volumes and restart policy from desired state. Its SecretEnv must
+	// never reach a log, a label or an Instance's Detail. Drivers apply it
+	// when they create an instance; docs/drivers.md says what each does
+	// with each field. The restart policy is the agent's business, not the
+	// driver's.
+	protocol.WorkloadSpec
+}
+
+// Check refuses a spec a driver must not run: one without a workload ID or
+// whose WorkloadSpec fails Validate. Every driver's Start calls it first.
+func (s Spec) Check() error {
+	if s.Workload == "" {
+		return errors.New("empty workload id")
+	}
+	if err := s.WorkloadSpec.Validate(); err != nil {
+		return fmt.Errorf("spec: %w", err)
+	}
+	return nil
 }
 
 // Instance is a driver's view of one workload it holds.
@@ -94,6 +116,70 @@ type Driver interface {
 	// List returns every instance the driver owns on this machine, and
 	// only those: what the driver did not make is never listed or touched.
 	List(ctx context.Context) ([]Instance, error)
+}
+
+// LogLine is one line of a workload's output.
+type LogLine struct {
+	Time time.Time
+	// Stream is "stdout", "stderr", or "system" for the driver's own word.
+	Stream string
+	Line   string
+}
+
+// Log streams.
+const (
+	LogStdout = "stdout"
+	LogStderr = "stderr"
+	LogSystem = "system"
+)
+
+// MaxLogLine bounds a line a driver emits; longer output is cut into
+// lines of this length.
+const MaxLogLine = 16 << 10
+
+// LineSplitter turns a byte stream into LogLines of one stream: each line
+// stamped by now() as it arrives, cut at MaxLogLine. Close emits a last
+// line without a newline.
+type LineSplitter struct {
+	Stream string
+	Now    func() time.Time
+	Emit   func(LogLine)
+	buf    []byte
+}
+
+func (l *LineSplitter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		room := MaxLogLine - len(l.buf)
+		i := bytes.IndexByte(p, '\n')
+		switch {
+		case i >= 0 && i <= room:
+			l.buf = append(l.buf, p[:i]...)
+			p = p[i+1:]
+		case len(p) < room:
+			l.buf = append(l.buf, p...)
+			return n, nil
+		default:
+			l.buf = append(l.buf, p[:room]...)
+			p = p[room:]
+		}
+		l.flush()
+	}
+	return n, nil
+}
+
+func (l *LineSplitter) flush() {
+	line := string(l.buf)
+	l.buf = l.buf[:0]
+	l.Emit(LogLine{Time: l.Now(), Stream: l.Stream, Line: line})
+}
+
+// Close emits what is left of a line.
+func (l *LineSplitter) Close() error {
+	if len(l.buf) > 0 {
+		l.flush()
+	}
+	return nil
 }
 
 // Prober is implemented by drivers that can be unavailable (an engine that

@@ -224,7 +224,8 @@ func TestServeRefusesBadStores(t *testing.T) {
 		{"unreachable_postgres", "postgres://u:secret@127.0.0.1:1/einsora?connect_timeout=2", "open store"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cmd := exec.Command(bin("einsora-hub"), "serve", "--data", t.TempDir(), "--store", tt.store, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
+			// A new data directory: the hub makes it 0700, with nothing to say.
+			cmd := exec.Command(bin("einsora-hub"), "serve", "--data", filepath.Join(t.TempDir(), "data"), "--store", tt.store, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
 			out, err := cmd.CombinedOutput()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
@@ -235,6 +236,36 @@ func TestServeRefusesBadStores(t *testing.T) {
 				t.Errorf("got %q, want one line with %q, without the password", msg, tt.want)
 			}
 		})
+	}
+}
+
+// The admin API beyond loopback needs TLS or the operator's explicit
+// acceptance of cleartext: without either the hub says so in one line.
+func TestServeRefusesCleartextAdminBeyondLoopback(t *testing.T) {
+	cmd := exec.Command(bin("einsora-hub"), "serve", "--data", filepath.Join(t.TempDir(), "data"), "--listen", "127.0.0.1:0", "--admin", "0.0.0.0:0")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("got %v, want exit 1\n%s", err, out)
+	}
+	msg := strings.TrimSpace(string(out))
+	if !strings.Contains(msg, "--admin-tls-cert") || !strings.Contains(msg, "--admin-insecure") || strings.Contains(msg, "\n") {
+		t.Errorf("got %q, want one line naming --admin-tls-cert and --admin-insecure", msg)
+	}
+}
+
+// Solo's admin API has no TLS: beyond loopback it needs --admin-insecure.
+func TestSoloRefusesCleartextAdminBeyondLoopback(t *testing.T) {
+	cmd := exec.Command(bin("einsora-hub"), "solo", "--data", filepath.Join(t.TempDir(), "data"), "--drivers", "sim", "--admin", "0.0.0.0:0")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("got %v, want exit 1\n%s", err, out)
+	}
+	// The sim driver's warning may come first; the error is the last line.
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if msg := lines[len(lines)-1]; !strings.HasPrefix(msg, "einsora-hub: solo: --admin") || !strings.Contains(msg, "--admin-insecure") {
+		t.Errorf("got %q, want a line naming --admin-insecure", out)
 	}
 }
 

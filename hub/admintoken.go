@@ -21,6 +21,12 @@ func LoadOrCreateAdminToken(dir string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err == nil {
 		if t := strings.TrimSpace(string(b)); t != "" {
+			// An older hub, or a copy, may have left it open to others.
+			if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
+				if err := os.Chmod(path, 0o600); err != nil {
+					return "", fmt.Errorf("admin token %s is readable by others and could not be narrowed: %w", path, err)
+				}
+			}
 			return t, nil
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
@@ -30,6 +36,10 @@ func LoadOrCreateAdminToken(dir string) (string, error) {
 	rand.Read(raw[:])
 	token := hex.EncodeToString(raw[:])
 	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("admin token: %w", err)
+	}
+	// WriteFile keeps the mode of a file that was there, empty.
+	if err := os.Chmod(path, 0o600); err != nil {
 		return "", fmt.Errorf("admin token: %w", err)
 	}
 	return token, nil

@@ -4,17 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"strings"
 	"time"
 
-	"einsora.dev/edge/hub/adminapi"
-	"einsora.dev/edge/hub/ca"
 	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/hub/trust"
 	"einsora.dev/edge/protocol"
 )
 
@@ -78,50 +73,17 @@ func (h *Hub) CreateEnrollToken(ctx context.Context, owner, region string, ttl t
 	return tok, expires, nil
 }
 
-// EnrollRequest is a decoded, checked enrolment request.
+// maxMachineName bounds the name a machine is shown under: it is the
+// machine's own word.
+const maxMachineName = 64
+
+// EnrollRequest is a decoded, checked enrolment request (see
+// httpapi.DecodeEnrollRequest).
 type EnrollRequest struct {
 	Token     protocol.Token
 	CSR       *x509.CertificateRequest
 	MachineID string
 	Name      string
-}
-
-// Bounds on an enrolment request's fields.
-const (
-	maxTokenLen = 256
-	maxCSRLen   = 8 << 10
-	maxNameLen  = 256
-)
-
-// DecodeEnrollRequest reads and checks an enrolment request: a well-formed
-// token, a CSR for an ECDSA P-256 key with a valid signature, and a machine
-// ID fit for a certificate. Unknown fields are ignored; trailing data is
-// refused. It is the decoder of untrusted input that FuzzDecodeEnrollRequest
-// exercises.
-func DecodeEnrollRequest(r io.Reader) (*EnrollRequest, error) {
-	var in protocol.EnrollRequest
-	dec := json.NewDecoder(r)
-	if err := dec.Decode(&in); err != nil {
-		return nil, fmt.Errorf("decode enrol request: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("decode enrol request: trailing data after the JSON object")
-	}
-	if len(in.Token) > maxTokenLen || len(in.CSR) > maxCSRLen || len(in.Name) > maxNameLen {
-		return nil, errors.New("enrol request: a field is too long")
-	}
-	tok, err := protocol.ParseToken(in.Token)
-	if err != nil {
-		return nil, fmt.Errorf("enrol request: %w", err)
-	}
-	if err := ca.CheckMachineID(in.MachineID); err != nil {
-		return nil, fmt.Errorf("enrol request: %w", err)
-	}
-	csr, err := ca.ParseCSR(in.CSR)
-	if err != nil {
-		return nil, fmt.Errorf("enrol request: %w", err)
-	}
-	return &EnrollRequest{Token: tok, CSR: csr, MachineID: in.MachineID, Name: bound(in.Name, 64)}, nil
 }
 
 // Enroll admits a machine: it uses the token (once), registers the machine
@@ -162,8 +124,8 @@ func (h *Hub) Enroll(ctx context.Context, req *EnrollRequest) (*protocol.Certifi
 		case m.Owner != "" && m.Owner != tok.Owner:
 			return fmt.Errorf("%w: machine %s belongs to %s; an operator must remove it before it enrols for %s", ErrForbidden, m.ID, m.Owner, tok.Owner)
 		}
-		if req.Name != "" {
-			m.Name = req.Name
+		if name := trust.Text(req.Name, maxMachineName); name != "" {
+			m.Name = name
 		}
 		m.Owner, m.Region = tok.Owner, tok.Region
 		resp, err = h.issue(tx, m, req.CSR, now)
@@ -173,7 +135,7 @@ func (h *Hub) Enroll(ctx context.Context, req *EnrollRequest) (*protocol.Certifi
 		return nil, fmt.Errorf("enrol %s: %w", req.MachineID, err)
 	}
 	h.log.Info("machine enrolled", "machine", resp.MachineID, "owner", resp.Owner, "region", resp.Region, "cert_expires", resp.Expires)
-	h.wakeController()
+	h.ctl.wakeController()
 	return resp, nil
 }
 
@@ -222,150 +184,9 @@ func (h *Hub) Renew(ctx context.Context, machineID string, csr *x509.Certificate
 	return resp, nil
 }
 
-// RevokeMachine marks a machine revoked: its certificates are refused from
-// now on, at the TLS handshake (resumed sessions included) and on every
-// request, and its waiting long poll is ended at once. Its workloads then
-// follow the offline rules.
-func (h *Hub) RevokeMachine(ctx context.Context, id string) error {
-	err := h.store.Update(ctx, func(tx store.Tx) error {
-		m, err := tx.Machine(id)
-		if err != nil {
-			return err
-		}
-		if m.Revoked {
-			return nil
-		}
-		m.Revoked = true
-		return tx.PutMachine(m)
-	})
-	if err != nil {
-		return err
-	}
-	h.log.Warn("machine revoked", "machine", id)
-	h.Wake(id)
-	h.wakeController()
-	return nil
-}
-
-// CheckMachine refuses a machine that is unknown or revoked. The TLS layer
-// calls it on every handshake, resumed or not.
-func (h *Hub) CheckMachine(ctx context.Context, id string) error {
-	var m store.Machine
-	err := h.store.View(ctx, func(tx store.Tx) (err error) { m, err = tx.Machine(id); return err })
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return fmt.Errorf("machine %s: %w", id, ErrUnknownMachine)
-	case err != nil:
-		return err
-	case m.Revoked:
-		return fmt.Errorf("machine %s: %w", id, ErrRevoked)
-	}
-	return nil
-}
-
-// IdentifyClientCert names the machine of a request by its verified client
-// certificate, and refuses a certificate that expired while its connection
-// stayed open. It is the identify function of SyncHandler over HTTPS.
-func (h *Hub) IdentifyClientCert(r *http.Request) (string, error) {
-	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
-		return "", errors.New("no client certificate: enrol this machine first with: einsora-agent enroll --hub URL --token TOKEN")
-	}
-	leaf := r.TLS.VerifiedChains[0][0]
-	if now := h.clk.Now(); now.After(leaf.NotAfter) {
-		return "", fmt.Errorf("this machine's certificate expired at %s; check the machine's clock, then enrol it again with: einsora-agent enroll", leaf.NotAfter.UTC().Format(time.RFC3339))
-	}
-	return ca.MachineID(leaf)
-}
-
-// WaitingPolls is how many long polls are holding now, their work done.
-// Load shedding counts requests in flight less these, which cost nothing
-// while they wait.
-func (h *Hub) WaitingPolls() int { return int(h.polls.held.Load()) }
-
-// EnrollHandler serves POST /agent/v1/enroll, which needs no client
-// certificate: the token authenticates it.
-func (h *Hub) EnrollHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			writeError(w, http.StatusMethodNotAllowed, "use POST")
-			return
-		}
-		req, err := DecodeEnrollRequest(http.MaxBytesReader(w, r.Body, protocol.MaxEnrollBody))
-		if err != nil {
-			writeDecodeError(w, err)
-			return
-		}
-		resp, err := h.Enroll(r.Context(), req)
-		h.writeCertAnswer(w, r, resp, err)
-	})
-}
-
-// RenewHandler serves POST /agent/v1/renew, authenticated by the machine's
-// current client certificate (named by identify).
-func (h *Hub) RenewHandler(identify func(*http.Request) (string, error)) http.Handler {
-	return machineHandler(identify, func(w http.ResponseWriter, r *http.Request, machineID string) {
-		var in protocol.RenewRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxEnrollBody))
-		if err := dec.Decode(&in); err != nil {
-			writeDecodeError(w, fmt.Errorf("decode renew request: %w", err))
-			return
-		}
-		csr, err := ca.ParseCSR(in.CSR)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "renew request: "+err.Error())
-			return
-		}
-		resp, err := h.Renew(r.Context(), machineID, csr)
-		h.writeCertAnswer(w, r, resp, err)
-	})
-}
-
-func writeDecodeError(w http.ResponseWriter, err error) {
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", tooBig.Limit))
-		return
-	}
-	writeError(w, http.StatusBadRequest, oneLine(err.Error()))
-}
-
-func (h *Hub) writeCertAnswer(w http.ResponseWriter, r *http.Request, resp *protocol.CertificateResponse, err error) {
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, resp)
-	case errors.Is(err, ErrTokenRefused):
-		writeError(w, http.StatusUnauthorized, err.Error())
-	case errors.Is(err, ErrRevoked):
-		writeError(w, http.StatusForbidden, err.Error()+"; an operator revoked this machine: delete the machine-id file in the agent's state directory and enrol it as a new machine")
-	case errors.Is(err, ErrUnknownMachine):
-		writeError(w, http.StatusForbidden, err.Error()+"; enrol the machine again with: einsora-agent enroll")
-	case errors.Is(err, ErrForbidden):
-		writeError(w, http.StatusForbidden, err.Error())
-	case errors.Is(err, ErrNoCA):
-		writeError(w, http.StatusNotFound, "this hub enrols no machines; use a hub started with: einsora-hub serve")
-	case r.Context().Err() != nil:
-	default:
-		h.log.Error("enrolment failed", "err", err)
-		writeError(w, http.StatusInternalServerError, "the hub failed to sign a certificate; try again later")
-	}
-}
-
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
-
-func (h *Hub) adminCreateToken(w http.ResponseWriter, r *http.Request) {
-	var in adminapi.CreateToken
-	if err := decode(r, &in); err != nil {
-		h.writeErr(w, err)
-		return
-	}
-	if in.TTLSeconds < 0 || in.TTLSeconds > int64(MaxTokenTTL/time.Second) {
-		h.writeErr(w, fmt.Errorf("%w: ttl of %d seconds: want between %s and %s", ErrInvalid, in.TTLSeconds, MinTokenTTL, MaxTokenTTL))
-		return
-	}
-	tok, expires, err := h.CreateEnrollToken(r.Context(), in.Owner, in.Region, time.Duration(in.TTLSeconds)*time.Second)
-	if err != nil {
-		h.writeErr(w, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, adminapi.Token{Token: tok.String(), Owner: in.Owner, Region: in.Region, Expires: expires})
+// EnrollTokens returns the newest limit enrolment tokens, newest first.
+// Only their hashes are stored: none can be shown again.
+func (h *Hub) EnrollTokens(ctx context.Context, limit int) (ts []store.Token, err error) {
+	err = h.store.View(ctx, func(tx store.Tx) error { ts, err = tx.Tokens(limit); return err })
+	return ts, err
 }

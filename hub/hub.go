@@ -71,21 +71,15 @@ type Hub struct {
 	polls   polls
 	reports reports
 
-	// kick wakes the controller; dirty holds the machines whose reports
-	// it has not yet observed.
-	kick    chan struct{}
-	dirtyMu sync.Mutex
-	dirty   map[string]bool
+	// started is when this hub process started; presence judges machines
+	// online or offline from it (rule 8).
+	started  time.Time
+	presence presence
 
-	// started is when this hub process started; settled is set, once and
-	// for good, when the machines it expects have synced with it. Only the
-	// controller goroutine touches settled.
-	started time.Time
-	settled bool
-	// silent is set while every machine is silent, so it is logged once.
-	silent bool
-
-	lead leadership
+	// backend runs what the controller places: this hub's agents.
+	backend Backend
+	// ctl is the region's controller, run by Run.
+	ctl *Controller
 
 	// desired caches each machine's desired state under its generation
 	// (machine ID → *protocol.SyncResponse), read without a global lock.
@@ -141,11 +135,14 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 		cfg:     cfg,
 		drivers: placement.DriverTable(cfg.Drivers),
 		polls:   polls{waiting: make(map[string]*poll)},
-		kick:    make(chan struct{}, 1),
-		dirty:   make(map[string]bool),
 		started: cfg.Clock.Now(),
-		lead:    leadership{changed: make(chan struct{})},
 	}
+	h.presence = presence{
+		clk: cfg.Clock, offlineAfter: cfg.OfflineAfter, failAfter: cfg.OfflineFailAfter,
+		started: h.started, connected: h.polls.connected,
+	}
+	h.backend = &agentBackend{region: cfg.Region, log: h.log, presence: h.presence, wake: h.wakeAll}
+	h.ctl = newController(cfg, h.log, h.started, h.presence, h.backend)
 	if err := h.seedClasses(ctx); err != nil {
 		return nil, err
 	}
@@ -173,97 +170,20 @@ func (h *Hub) seedClasses(ctx context.Context) error {
 	})
 }
 
-// Run runs the region's controller until ctx is done: while it holds the
-// lease controller:<region>, it observes what agents report, admits
-// workloads, and fails what is stuck, whenever a sync or an admin change
-// wakes it and at least every ControllerInterval; otherwise it stands by,
-// trying for the lease.
+// Run runs the region's controller until ctx is done, and, when the store
+// carries wake-ups between replicas, listens for them. It returns once
+// every goroutine it started has stopped.
 func (h *Hub) Run(ctx context.Context) error {
-	h.markAllDirty(ctx)
-	listening := make(chan struct{})
-	go func() {
-		defer close(listening)
-		h.listenReplicas(ctx)
-	}()
-	defer func() { <-listening }()
-	t := h.clk.NewTimer(0)
-	defer t.Stop()
-	defer h.release(context.WithoutCancel(ctx))
-	renewed := time.Time{}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-h.kick:
-		case <-t.C():
-		}
-		// Renew at a third of the lease's life, so two renewals can fail
-		// before it lapses.
-		if h.clk.Now().Sub(renewed) >= h.cfg.LeaseTTL/3 || h.leaderEpoch() == 0 {
-			if h.lease(ctx) {
-				renewed = h.clk.Now()
-			}
-		}
-		if h.leaderEpoch() != 0 {
-			if err := h.pass(ctx); err != nil && ctx.Err() == nil {
-				h.log.Error("controller pass failed", "err", err)
-				if errors.Is(err, ErrNotLeader) {
-					h.setEpoch(0)
-					h.log.Warn("stepped down: a controller write was refused", "lease", h.leaseName())
-				}
-			}
-		}
-		t.Reset(min(h.cfg.ControllerInterval, h.cfg.LeaseTTL/3))
-	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { h.listenReplicas(ctx, &wg) })
+	return h.ctl.Run(ctx)
 }
 
 // Pass takes or renews the region's lease and, if it leads, runs one
 // controller pass. Tests call it directly instead of Run.
-func (h *Hub) Pass(ctx context.Context) error {
-	if !h.lease(ctx) {
-		return ErrNotLeader
-	}
-	return h.pass(ctx)
-}
+func (h *Hub) Pass(ctx context.Context) error { return h.ctl.Pass(ctx) }
 
-func (h *Hub) pass(ctx context.Context) error {
-	return errors.Join(h.observe(ctx), h.admit(ctx), h.sweep(ctx))
-}
-
-func (h *Hub) wakeController() {
-	select {
-	case h.kick <- struct{}{}:
-	default:
-	}
-}
-
-func (h *Hub) markDirty(machineID string) {
-	h.dirtyMu.Lock()
-	h.dirty[machineID] = true
-	h.dirtyMu.Unlock()
-	h.wakeController()
-}
-
-func (h *Hub) markAllDirty(ctx context.Context) {
-	var ms []store.Machine
-	if err := h.store.View(ctx, func(tx store.Tx) (err error) { ms, err = tx.Machines(); return err }); err != nil {
-		h.log.Error("list machines", "err", err)
-		return
-	}
-	h.dirtyMu.Lock()
-	defer h.dirtyMu.Unlock()
-	for _, m := range ms {
-		h.dirty[m.ID] = true
-	}
-}
-
-func (h *Hub) takeDirty() []string {
-	h.dirtyMu.Lock()
-	defer h.dirtyMu.Unlock()
-	ids := make([]string, 0, len(h.dirty))
-	for id := range h.dirty {
-		ids = append(ids, id)
-	}
-	clear(h.dirty)
-	return ids
-}
+// Leadership reports whether this hub leads its region now, and a channel
+// closed at the next change.
+func (h *Hub) Leadership() (leading bool, changed <-chan struct{}) { return h.ctl.Leadership() }

@@ -34,12 +34,19 @@ func newTestHub(t *testing.T) *testHub {
 
 func openTestHub(t *testing.T, path string, clk *clock.Fake) *testHub {
 	t.Helper()
+	return openTestHubAs(t, path, clk, "")
+}
+
+// openTestHubAs opens a hub whose lease holder is holder ("" makes one, as
+// a hub process does).
+func openTestHubAs(t *testing.T, path string, clk *clock.Fake, holder string) *testHub {
+	t.Helper()
 	st, err := sqlite.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	h, err := New(context.Background(), Config{Store: st, Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := New(context.Background(), Config{Store: st, Clock: clk, HolderID: holder, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +484,7 @@ func TestNoOverCommitUnderConcurrentAdmits(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			if err := h.admit(context.Background()); err != nil {
+			if err := h.ctl.admit(context.Background()); err != nil {
 				t.Error(err)
 			}
 		})
@@ -541,5 +548,19 @@ func TestRemoveMachineOnlyWhenItHoldsNothing(t *testing.T) {
 	}
 	if err := h.RegisterMachine(context.Background(), "m-1", "m-1", "globex", "local"); err != nil {
 		t.Errorf("registering the removed machine for another owner: %v", err)
+	}
+}
+
+// TestSyncOfAMachineRemovedWhilePollingIsUnknown: a machine removed while
+// its poll waits is answered as any unknown machine, so its agent is told
+// to enrol again rather than that the hub failed.
+func TestSyncOfAMachineRemovedWhilePollingIsUnknown(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	if err := h.RemoveMachine(context.Background(), "m-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Desired(context.Background(), "m-1"); !errors.Is(err, ErrUnknownMachine) {
+		t.Errorf("desired state of a removed machine: got %v, want ErrUnknownMachine", err)
 	}
 }

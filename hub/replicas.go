@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -36,8 +37,8 @@ func (h *Hub) notifyReplicas(ctx context.Context, payload string) {
 }
 
 // listenReplicas delivers the other replicas' notifications until ctx is
-// done.
-func (h *Hub) listenReplicas(ctx context.Context) {
+// done. What it starts, it starts in wg, so its owner waits for it.
+func (h *Hub) listenReplicas(ctx context.Context, wg *sync.WaitGroup) {
 	rw, ok := h.store.(replicaWaker)
 	if !ok {
 		return
@@ -49,12 +50,12 @@ func (h *Hub) listenReplicas(ctx context.Context) {
 			// observe everything.
 			h.polls.wakeEvery()
 			// Off the listener's goroutine: it reads the store.
-			go func() {
-				h.markAllDirty(ctx)
-				h.wakeController()
-			}()
+			wg.Go(func() {
+				h.ctl.markAllDirty(ctx)
+				h.ctl.wakeController()
+			})
 		case strings.HasPrefix(payload, observePrefix):
-			h.markDirty(strings.TrimPrefix(payload, observePrefix))
+			h.ctl.markDirty(strings.TrimPrefix(payload, observePrefix))
 		default:
 			h.polls.wake(payload)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,5 +75,29 @@ func TestReportsAreGroupCommitted(t *testing.T) {
 	}
 	if got := g.updates.Load(); got != 2 {
 		t.Errorf("%d reports took %d write transactions, want 2 (the first, then the rest together)", n+1, got)
+	}
+}
+
+// TestDetailIsBoundedAndStripped: rule 10's bound on what an agent says of
+// a workload, applied where the report is recorded.
+func TestDetailIsBoundedAndStripped(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	w := h.create("web", protocol.KindContainer)
+	h.pass()
+	w = h.workload(w.ID)
+	s := status(w, protocol.ModeRun, protocol.CodeStarting)
+	s.Detail = strings.Repeat("\x1b[31mred\u202e", 1<<17)
+	h.report("m-1", h.desired("m-1"), s)
+	var got string
+	h.st.View(t.Context(), func(tx store.Tx) error {
+		ss, err := tx.Statuses("m-1")
+		if err == nil && len(ss) == 1 {
+			got = ss[0].Detail
+		}
+		return err
+	})
+	if len(got) > protocol.MaxDetail || strings.ContainsRune(got, 0x1b) || strings.ContainsRune(got, 0x202e) {
+		t.Errorf("stored detail of %d bytes with escapes: %q…", len(got), got[:min(len(got), 40)])
 	}
 }

@@ -3,9 +3,12 @@ package hub
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"einsora.dev/edge/clock"
 
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/protocol"
@@ -68,14 +71,15 @@ func TestRule8_OfflineFor10MinutesFailsRunningStopsStopping(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newTestHub(t)
+			// Both workloads are placed while m-1 is the only machine,
+			// so they share it; m-2 joins after, to show the hub's
+			// network is fine.
 			h.machine("m-1")
-			h.machine("m-2")
 			a := h.running("a")
-			b := h.create("b", protocol.KindContainer)
-			h.pass()
-			b = h.workload(b.ID)
-			if b.Machine != a.Machine {
-				t.Skip("placement spread the two workloads; the test needs them together")
+			b := h.running("b")
+			h.machine("m-2")
+			if a.Machine != "m-1" || b.Machine != "m-1" {
+				t.Fatalf("placed on %s and %s, want both on m-1", a.Machine, b.Machine)
 			}
 			if err := h.ParkWorkload(context.Background(), b.ID); err != nil {
 				t.Fatal(err)
@@ -101,11 +105,18 @@ func TestRule8_HubDown20MinutesThenRestartedFailsNothing(t *testing.T) {
 	h := newTestHub(t)
 	h.machine("m-1")
 	w := h.running("web")
+	h.machine("m-2")
 	h.st.Close()
 	h.clk.Advance(20 * time.Minute)
 
+	// After the restart m-2 syncs, so the hub's network is fine, and m-1
+	// stays silent for 9 of its 29 minutes: the 20 the hub was down do
+	// not count.
 	h2 := openTestHub(t, h.path, h.clk)
-	h2.clk.Advance(9 * time.Minute)
+	for range 18 {
+		h2.clk.Advance(30 * time.Second)
+		h2.sync("m-2", &protocol.SyncRequest{})
+	}
 	h2.pass()
 	wantState(t, h2, w.ID, store.StateRunning)
 	// The machine comes back: it reconciles; nothing ran twice.
@@ -164,6 +175,39 @@ func TestRule11_ProvisioningTimeoutExtendedByProgress(t *testing.T) {
 	}
 }
 
+// Rule 11: an agent repeats its statuses on every sync; a repeated
+// "progressing" is not progress, also when the machine's generation moved
+// on under it, so a workload that stops progressing still times out.
+func TestRule11_RepeatedProgressIsNotProgress(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	w := h.create("web", protocol.KindContainer)
+	h.pass()
+	w = h.workload(w.ID)
+	progressing := status(w, protocol.ModeRun, protocol.CodeProgressing)
+	progressing.Detail = "pulled 1/3 layers"
+	h.clk.Advance(time.Minute)
+	h.report("m-1", h.desired("m-1"), progressing)
+	repeat := func(d time.Duration) {
+		for step := time.Duration(0); step < d; step += 30 * time.Second {
+			h.clk.Advance(min(30*time.Second, d-step))
+			h.report("m-1", h.desired("m-1"), progressing)
+		}
+	}
+	repeat(7 * time.Minute)
+	// Another workload lands on the machine: its generation moves, and
+	// the agent's repeated status now carries the new one.
+	h.create("other", protocol.KindContainer)
+	h.pass()
+	repeat(7*time.Minute + 59*time.Second)
+	wantState(t, h, w.ID, store.StateProvisioning)
+	repeat(time.Second)
+	got := wantState(t, h, w.ID, store.StateFailed)
+	if got.Reason != "it did not start within 15m0s" {
+		t.Errorf("reason %q", got.Reason)
+	}
+}
+
 // Rule 9: one controller per region holds the lease, and a paused old
 // leader's writes are refused.
 func TestRule9_OneLeaderPerRegionAndStaleEpochRefused(t *testing.T) {
@@ -188,7 +232,7 @@ func TestRule9_OneLeaderPerRegionAndStaleEpochRefused(t *testing.T) {
 	}
 	// The old leader wakes up still believing it leads: its writes fail.
 	w := b.create("web", protocol.KindContainer)
-	if err := a.Hub.pass(ctx); !errors.Is(err, ErrNotLeader) {
+	if err := a.ctl.pass(ctx); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("old leader's write: got %v, want ErrNotLeader", err)
 	}
 	wantState(t, b, w.ID, store.StatePending)
@@ -196,6 +240,48 @@ func TestRule9_OneLeaderPerRegionAndStaleEpochRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantState(t, b, w.ID, store.StateProvisioning)
+}
+
+// Rule 9, the same holder: solo names its lease after its machine, so a
+// solo hub restarted after kill -9 takes the lease back at once under the
+// same holder. Its new term has a new epoch, and the old process, should
+// it still be alive, can write nothing.
+func TestRule9_SameHolderRestartedFencesTheOldTerm(t *testing.T) {
+	old := openTestHubAs(t, filepath.Join(t.TempDir(), "hub.db"), clock.NewFake(epoch), "solo:m-1")
+	old.machine("m-1")
+	ctx := context.Background()
+	if err := old.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted := openTestHubAs(t, old.path, old.clk, "solo:m-1")
+	if err := restarted.Pass(ctx); err != nil {
+		t.Fatalf("the restarted hub, same holder, before the lease expired: %v", err)
+	}
+	w := restarted.create("web", protocol.KindContainer)
+	if err := old.ctl.pass(ctx); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("the old process's write: got %v, want ErrNotLeader", err)
+	}
+	wantState(t, restarted, w.ID, store.StatePending)
+	if err := restarted.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, restarted, w.ID, store.StateProvisioning)
+}
+
+// Rule 9: a leader paused past its lease writes nothing, even while no
+// standby has taken the lease yet: it may have missed what changed.
+func TestRule9_ExpiredLeaseFencesWrites(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	ctx := context.Background()
+	if err := h.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.create("web", protocol.KindContainer)
+	h.clk.Advance(DefaultLeaseTTL)
+	if err := h.ctl.pass(ctx); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("a write after the lease expired: got %v, want ErrNotLeader", err)
+	}
 }
 
 func TestRule9_LeaderWhoseWritesFailStepsDown(t *testing.T) {

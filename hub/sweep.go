@@ -3,33 +3,18 @@ package hub
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"einsora.dev/edge/hub/store"
 )
 
-// offlineFor is how long the hub has missed m. The hub's own downtime never
-// counts against a machine: the clock starts no earlier than this hub's
-// start.
-func (h *Hub) offlineFor(m store.Machine) time.Duration {
-	if h.polls.connected(m.ID) {
-		return 0
-	}
-	last := m.LastSync
-	if last.Before(h.started) {
-		last = h.started
-	}
-	return h.clk.Now().Sub(last)
-}
-
 // sweep fails what is stuck: the running workloads of machines offline for
 // OfflineFailAfter (and stops their stopping ones), and workloads that
 // provisioned for ProvisioningTimeout without progress.
-func (h *Hub) sweep(ctx context.Context) error {
-	var wakes []string
-	err := h.store.Update(ctx, func(tx store.Tx) error {
+func (c *Controller) sweep(ctx context.Context) error {
+	var wakes changes
+	err := c.store.Update(ctx, func(tx store.Tx) error {
 		wakes = wakes[:0]
-		if err := h.fence(tx); err != nil {
+		if err := c.fence(tx); err != nil {
 			return err
 		}
 		ms, err := tx.Machines()
@@ -39,61 +24,60 @@ func (h *Hub) sweep(ctx context.Context) error {
 		var gone []store.Machine
 		heard := false
 		for _, m := range ms {
-			if m.Region != h.cfg.Region || m.LastSync.IsZero() {
+			if m.Region != c.cfg.Region || m.LastSync.IsZero() {
 				continue
 			}
-			d := h.offlineFor(m)
-			heard = heard || d < h.cfg.OfflineAfter
-			if d >= h.cfg.OfflineFailAfter {
+			heard = heard || c.presence.heard(m)
+			if c.presence.gone(m) {
 				gone = append(gone, m)
 			}
 		}
 		if len(gone) > 0 && !heard {
 			// Every machine went silent at once: that is the hub's
 			// network, not the fleet. Fail nothing.
-			h.logSilence(len(gone))
+			c.logSilence(len(gone))
 			gone = nil
 		} else {
-			h.silent = false
+			c.silent = false
 		}
 		for _, m := range gone {
-			if err := h.failOffline(tx, m, &wakes); err != nil {
+			if err := c.failOffline(tx, m, &wakes); err != nil {
 				return err
 			}
 		}
-		return h.failStuck(tx, &wakes)
+		return c.failStuck(tx, &wakes)
 	})
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
-	h.wakeAll(wakes)
+	tell(c.backend, wakes)
 	return nil
 }
 
-func (h *Hub) logSilence(machines int) {
-	if h.silent {
+func (c *Controller) logSilence(machines int) {
+	if c.silent {
 		return
 	}
-	h.silent = true
-	h.log.Warn("every machine is silent: suspecting the hub's own network, not the fleet; failing no workload until one is heard",
+	c.silent = true
+	c.log.Warn("every machine is silent: suspecting the hub's own network, not the fleet; failing no workload until one is heard",
 		"machines", machines)
 }
 
-func (h *Hub) failOffline(tx store.Tx, m store.Machine, wakes *[]string) error {
+func (c *Controller) failOffline(tx store.Tx, m store.Machine, wakes *changes) error {
 	ws, err := tx.Workloads(store.WorkloadFilter{Machine: m.ID, States: []store.State{store.StateRunning, store.StateStopping}})
 	if err != nil {
 		return err
 	}
-	mins := int(h.cfg.OfflineFailAfter.Minutes())
+	mins := int(c.cfg.OfflineFailAfter.Minutes())
 	for _, w := range ws {
 		if w.State == store.StateRunning {
 			r := fmt.Sprintf("its machine has been offline for %d minutes", mins)
-			if err := h.move(tx, &w, store.StateFailed, r, "failed: "+r, wakes); err != nil {
+			if err := move(tx, c.clk.Now(), &w, store.StateFailed, r, "failed: "+r, wakes); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := h.move(tx, &w, store.StateStopped, "", fmt.Sprintf("stopped: its machine has been offline for %d minutes", mins), wakes); err != nil {
+		if err := move(tx, c.clk.Now(), &w, store.StateStopped, "", fmt.Sprintf("stopped: its machine has been offline for %d minutes", mins), wakes); err != nil {
 			return err
 		}
 	}
@@ -102,28 +86,28 @@ func (h *Hub) failOffline(tx store.Tx, m store.Machine, wakes *[]string) error {
 
 // failStuck fails the workloads of this region that have provisioned for
 // ProvisioningTimeout since they were placed or last reported progress.
-func (h *Hub) failStuck(tx store.Tx, wakes *[]string) error {
+func (c *Controller) failStuck(tx store.Tx, wakes *changes) error {
 	ws, err := tx.Workloads(store.WorkloadFilter{States: []store.State{store.StateProvisioning}})
 	if err != nil {
 		return err
 	}
-	now := h.clk.Now()
+	now := c.clk.Now()
 	for _, w := range ws {
-		if w.Region != h.cfg.Region {
+		if w.Region != c.cfg.Region {
 			continue
 		}
 		since := w.Since
 		if w.Progress.After(since) {
 			since = w.Progress
 		}
-		if since.Before(h.started) {
-			since = h.started // the hub's downtime is not the workload's
+		if since.Before(c.started) {
+			since = c.started // the hub's downtime is not the workload's
 		}
-		if now.Sub(since) < h.cfg.ProvisioningTimeout {
+		if now.Sub(since) < c.cfg.ProvisioningTimeout {
 			continue
 		}
-		r := fmt.Sprintf("it did not start within %s", h.cfg.ProvisioningTimeout)
-		if err := h.move(tx, &w, store.StateFailed, r, "failed: "+r, wakes); err != nil {
+		r := fmt.Sprintf("it did not start within %s", c.cfg.ProvisioningTimeout)
+		if err := move(tx, c.clk.Now(), &w, store.StateFailed, r, "failed: "+r, wakes); err != nil {
 			return err
 		}
 	}

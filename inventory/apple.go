@@ -120,22 +120,63 @@ func probeDarwinCPU(p *Prober, sys sysctler) (func(*protocol.Inventory), error) 
 			n = uint64(p.numCPU())
 		}
 	}
-	// perflevel0 is the performance cluster and perflevel1 the efficiency
-	// one; Intel Macs have neither.
-	level := func(name string) int {
-		v, err := sys.Uint(name)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("read %s: %w", name, err))
-		}
-		return int(v)
+	perf, eff, err := appleCoreLevels(sys)
+	if err != nil {
+		errs = append(errs, err)
 	}
-	perf := level("hw.perflevel0.physicalcpu")
-	eff := level("hw.perflevel1.physicalcpu")
 	return func(inv *protocol.Inventory) {
 		inv.CPUs = int(n)
 		inv.PerformanceCores = perf
 		inv.EfficiencyCores = eff
 	}, errors.Join(errs...)
+}
+
+// maxPerfLevels bounds the levels read: hw.nperflevels is the kernel's,
+// but a wild value must not loop for long.
+const maxPerfLevels = 8
+
+// appleCoreLevels counts an Apple chip's cores by the name of each
+// performance level (hw.perflevelN.name): "Efficiency" cores are efficiency
+// cores and every other level ("Performance", and the "Super" of M5 Pro and
+// Max, whose second level is "Performance") counts as performance. Level 0
+// is not always the only performance level, nor level 1 the efficiency one.
+// Without names (before macOS 12) level 0 is performance and the rest
+// efficiency, as on M1 to M4. Intel Macs have no levels: 0, 0.
+func appleCoreLevels(sys sysctler) (perf, eff int, err error) {
+	var errs []error
+	levels := 2
+	if v, err := sys.Uint("hw.nperflevels"); err == nil && v > 0 {
+		levels = int(min(v, maxPerfLevels))
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("read hw.nperflevels: %w", err))
+	}
+	for i := range levels {
+		key := fmt.Sprintf("hw.perflevel%d.physicalcpu", i)
+		v, err := sys.Uint(key)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("read %s: %w", key, err))
+			}
+			continue
+		}
+		nameKey := fmt.Sprintf("hw.perflevel%d.name", i)
+		name, err := sys.String(nameKey)
+		name = strings.TrimSpace(strings.TrimRight(name, "\x00"))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("read %s: %w", nameKey, err))
+		}
+		switch {
+		case name != "" && strings.EqualFold(name, "Efficiency"):
+			eff += int(v)
+		case name != "":
+			perf += int(v)
+		case i == 0:
+			perf += int(v)
+		default:
+			eff += int(v)
+		}
+	}
+	return perf, eff, errors.Join(errs...)
 }
 
 // probeAppleGPU lists the Mac's GPUs from system_profiler, and falls back

@@ -110,6 +110,11 @@ type Status struct {
 	// Detail is bounded free text for operators' logs. It is never shown
 	// to users and decides nothing.
 	Detail string `json:"detail,omitempty"`
+	// Restarts counts the times the agent restarted this attempt under
+	// its restart policy. It only grows within an attempt, so a hub that
+	// sees it rise notes one timeline event per step; it resets with a
+	// new attempt.
+	Restarts int `json:"restarts,omitempty"`
 }
 
 // SyncResponse is the hub's answer: the machine's complete desired state, or
@@ -152,6 +157,10 @@ type DesiredWorkload struct {
 	Isolation Isolation `json:"isolation"`
 	Image     string    `json:"image,omitempty"`
 	Resources Resources `json:"resources"`
+	// WorkloadSpec's fields (command, env, secret_env, ports, workdir,
+	// volumes, restart) sit here on the wire, all optional. The agent
+	// refuses, as failed_start, a workload whose spec fails Validate.
+	WorkloadSpec
 }
 
 // Resources is what a workload's class reserves.

@@ -18,6 +18,7 @@ import (
 	"einsora.dev/edge/agent"
 	"einsora.dev/edge/internal/cli"
 	"einsora.dev/edge/internal/dockerhost"
+	"einsora.dev/edge/internal/vzhost"
 	"einsora.dev/edge/inventory"
 	"einsora.dev/edge/protocol"
 )
@@ -28,6 +29,7 @@ func newRoot() *cobra.Command {
 		Short: "The Einsora node agent: runs the workloads a hub places on this machine",
 	}
 	root.AddCommand(runCmd(), enrollCmd(), statusCmd(), inventoryCmd(), versionCmd(), doctorCmd())
+	root.AddCommand(vzhost.Command())
 	return root
 }
 
@@ -40,7 +42,7 @@ func versionCmd() *cobra.Command {
 }
 
 func runCmd() *cobra.Command {
-	var stateDir, driverList, inventoryFile, configFile, dockerHost string
+	var stateDir, driverList, inventoryFile, configFile, dockerHost, metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent daemon",
@@ -57,6 +59,10 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			obs, err := newObserver(metricsAddr)
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			hup := make(chan os.Signal, 1)
@@ -64,7 +70,7 @@ func runCmd() *cobra.Command {
 			defer signal.Stop(hup)
 			err = agent.RunNetworked(ctx, agent.NetworkedConfig{
 				StateDir: set.stateDir, Drivers: set.drivers, Inventory: probe, Logger: log, Version: version,
-				DockerHost: ep.Host, DriverTimeout: set.driverTimeout, Hangup: hup,
+				DockerHost: ep.Host, DriverTimeout: set.driverTimeout, Hangup: hup, Observer: obs,
 			})
 			if errors.Is(err, agent.ErrUnknownDriver) {
 				return &cli.UsageError{Err: err}
@@ -76,6 +82,7 @@ func runCmd() *cobra.Command {
 	cmd.Flags().StringVar(&driverList, "drivers", "auto", "comma-separated drivers to offer (sim, docker, docker-sandbox, macos-native), or auto: every real runtime, offered while it answers, never sim")
 	cmd.Flags().StringVar(&configFile, "config", "", "JSON file with state_dir, drivers, log_level, driver_timeout, docker_host; flags win over it")
 	addDockerHostFlag(cmd, &dockerHost)
+	cmd.Flags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics, on loopback only (e.g. 127.0.0.1:9464); off by default")
 	cmd.Flags().StringVar(&inventoryFile, "inventory-file", "", "development only, with --drivers sim: report this file's inventory (JSON) instead of probing")
 	return cmd
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/adminapi"
@@ -29,6 +30,7 @@ authority in --data. SIGINT or SIGTERM drains: waiting agents are told to reconn
 		Args: cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Logger = newLogger(verbose)
+			opts.Version = version
 			opts.Ready = func(adminURL, agentURL string) {
 				fmt.Fprintf(cmd.OutOrStdout(), "einsora-hub serve: admin API on %s, agents connect to %s, data in %s\n", adminURL, agentURL, opts.DataDir)
 			}
@@ -42,14 +44,45 @@ authority in --data. SIGINT or SIGTERM drains: waiting agents are told to reconn
 	f.StringVar(&opts.Store, "store", "", "PostgreSQL URL (postgres://…) for several hub replicas; default SQLite in --data")
 	f.DurationVar(&opts.Hub.LeaseTTL, "lease-ttl", 0, "how long the region's controller lease lasts unless renewed (default 15s)")
 	f.StringVar(&opts.Listen, "listen", ":8443", "address agents connect to (HTTPS)")
-	f.StringVar(&opts.AdminAddr, "admin", "127.0.0.1:7480", "address of the admin API; keep it on loopback")
+	f.StringVar(&opts.AdminAddr, "admin", "127.0.0.1:7480", "address of the admin API; beyond loopback it needs --admin-tls-cert/--admin-tls-key or --admin-insecure")
+	f.StringVar(&opts.AdminTLSCert, "admin-tls-cert", "", "PEM certificate (chain) the admin API serves HTTPS with; needs --admin-tls-key")
+	f.StringVar(&opts.AdminTLSKey, "admin-tls-key", "", "PEM private key of --admin-tls-cert")
+	f.BoolVar(&opts.AdminInsecure, "admin-insecure", false, "let the admin API serve plain HTTP beyond loopback, the admin token crossing the network in cleartext")
 	f.StringVar(&opts.Region, "region", "local", "region this hub's controller places workloads in")
 	f.StringArrayVar(&opts.Names, "name", nil, "a host name or address agents use to reach the hub (repeatable); the server certificate holds it")
 	f.StringVar(&opts.DrainTo, "drain-to", "", "on shutdown, send waiting agents to this hub URL (https://HOST:PORT) instead of back here")
 	f.DurationVar(&opts.Hub.PollTimeout, "poll-timeout", 0, "how long a sync is held when nothing changed (default 25s)")
 	f.DurationVar(&opts.ClientCertLifetime, "cert-lifetime", 0, "how long machines' certificates are valid (default 720h); agents renew at about 70%")
 	f.BoolVar(&verbose, "verbose", false, "log debug messages")
+	limitFlags(f, &opts.Limits)
 	return cmd
+}
+
+// limitFlags tunes the hub's limits; 0 keeps a limit's default (which
+// docs/operations.md lists, with the kind of caller each applies to).
+func limitFlags(f *pflag.FlagSet, l *serve.Limits) {
+	// Enrolled machines.
+	f.Float64Var(&l.Rate, "machine-rate", 0, fmt.Sprintf("requests a second each machine may make (default %d)", serve.DefaultRate))
+	f.IntVar(&l.Burst, "machine-burst", 0, fmt.Sprintf("requests a machine may make at once (default %d)", serve.DefaultBurst))
+	f.IntVar(&l.MaxActive, "max-active", 0, "machines' requests in flight, waiting polls aside (default 256 per CPU)")
+	// Unauthenticated callers (enrolment, renewal by token).
+	f.Float64Var(&l.EnrollRate, "enroll-rate", 0, fmt.Sprintf("unauthenticated requests a second per source address or IPv6 /64 (default %d)", serve.DefaultEnrollRate))
+	f.IntVar(&l.EnrollBurst, "enroll-burst", 0, fmt.Sprintf("unauthenticated requests a source may make at once (default %d)", serve.DefaultEnrollBurst))
+	f.IntVar(&l.MaxAnonActive, "max-anon-active", 0, "unauthenticated requests in flight (default 32 per CPU)")
+	f.DurationVar(&l.BodyTimeoutMin, "body-timeout-min", 0, fmt.Sprintf("least time an unauthenticated body may take to arrive (default %s)", serve.DefaultBodyTimeoutMin))
+	f.IntVar(&l.BodyRate, "body-rate", 0, fmt.Sprintf("bytes a second an unauthenticated body must arrive at beyond --body-timeout-min (default %d)", serve.DefaultBodyRate))
+	f.DurationVar(&l.BodyTimeoutMax, "body-timeout-max", 0, fmt.Sprintf("most time an unauthenticated body may take to arrive (default %s)", serve.DefaultBodyTimeoutMax))
+	// Connections no certificate vouches for yet: every caller's, until its handshake ends.
+	f.IntVar(&l.MaxHandshakes, "max-handshakes", 0, "TLS handshakes the hub computes at once (default 64 per CPU)")
+	f.DurationVar(&l.HandshakeTimeout, "handshake-timeout", 0, fmt.Sprintf("time a peer has to finish its TLS handshake (default %s)", serve.DefaultHandshakeTimeout))
+	f.IntVar(&l.MaxUntrusted, "max-untrusted", 0, fmt.Sprintf("connections open without a verified client certificate, in all (default %d)", serve.DefaultMaxUntrusted))
+	f.IntVar(&l.MaxUntrustedPerSource, "max-untrusted-per-source", 0, fmt.Sprintf("the same per source address or IPv6 /64 (default %d)", serve.DefaultMaxUntrustedPerSource))
+	// The admin API.
+	f.IntVar(&l.MaxAdminActive, "max-admin-active", 0, fmt.Sprintf("admin API requests in flight (default %d)", serve.DefaultMaxAdminActive))
+	f.DurationVar(&l.AdminFailDelay, "admin-fail-delay", 0, fmt.Sprintf("hold on a source after a wrong admin token, doubled for each further one (default %s)", serve.DefaultAdminFailDelay))
+	f.DurationVar(&l.AdminFailMax, "admin-fail-max", 0, fmt.Sprintf("longest hold on a source for wrong admin tokens (default %s)", serve.DefaultAdminFailMax))
+	// All callers.
+	f.DurationVar(&l.RetryAfter, "retry-after", 0, fmt.Sprintf("least Retry-After of a 503; up to 4 times as much is added at random (default %s)", serve.DefaultRetryAfter))
 }
 
 func tokenCmd(g *globals) *cobra.Command {

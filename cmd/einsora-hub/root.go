@@ -18,6 +18,7 @@ import (
 	"einsora.dev/edge/hub/adminapi"
 	"einsora.dev/edge/hub/solo"
 	"einsora.dev/edge/internal/cli"
+	"einsora.dev/edge/internal/vzhost"
 	"einsora.dev/edge/protocol"
 )
 
@@ -27,8 +28,9 @@ func newRoot() *cobra.Command {
 		Short: "The Einsora hub: stores intent, places workloads, answers agents",
 	}
 	root.AddCommand(soloCmd(), serveCmd(), versionCmd())
+	root.AddCommand(vzhost.Command())
 	g := &globals{}
-	for _, c := range []*cobra.Command{tenantCmd(g), tokenCmd(g), classCmd(g), machineCmd(g), workloadCmd(g)} {
+	for _, c := range []*cobra.Command{tenantCmd(g), tokenCmd(g), classCmd(g), machineCmd(g), workloadCmd(g), dashboardCmd(g)} {
 		c.PersistentFlags().StringVar(&g.hub, "hub", envOr("EINSORA_HUB", "http://127.0.0.1:7480"), "admin API of the hub (env EINSORA_HUB)")
 		c.PersistentFlags().StringVar(&g.data, "data", cli.DefaultHubDataDir(), "the hub's data directory, which holds the admin token")
 		root.AddCommand(c)
@@ -70,7 +72,8 @@ func soloCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&opts.DataDir, "data", cli.DefaultHubDataDir(), "data directory (store, admin token, agent state)")
-	cmd.Flags().StringVar(&opts.AdminAddr, "admin", "127.0.0.1:7480", "address of the admin API; keep it on loopback")
+	cmd.Flags().StringVar(&opts.AdminAddr, "admin", "127.0.0.1:7480", "address of the admin API; beyond loopback it needs --admin-insecure")
+	cmd.Flags().BoolVar(&opts.AdminInsecure, "admin-insecure", false, "let the admin API listen beyond loopback, the admin token crossing the network in cleartext")
 	cmd.Flags().StringVar(&opts.Drivers, "drivers", "auto", "drivers the in-process agent offers: sim, docker, docker-sandbox, macos-native, or auto (every real runtime that answers; never sim)")
 	cmd.Flags().DurationVar(&opts.Hub.PollTimeout, "poll-timeout", 0, "how long a sync is held when nothing changed (default 25s)")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "log debug messages")

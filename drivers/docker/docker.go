@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,7 @@ import (
 	"github.com/distribution/reference"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 
 	"einsora.dev/edge/drivers"
@@ -47,6 +49,9 @@ const (
 	// two agents on one engine (a fleet on one box, a test beside a
 	// running agent) each see only their own.
 	LabelMachine = "dev.einsora.machine"
+	// LabelVolume is the spec's name of a named volume; the data volume
+	// has none.
+	LabelVolume = "dev.einsora.volume"
 )
 
 // Driver names: the plain variant and the gVisor one.
@@ -64,6 +69,17 @@ const (
 	DataPath = "/data"
 	// NamePrefix begins the name of every container and volume made.
 	NamePrefix = "einsora-"
+	// LogDriver, LogMaxSize and LogMaxFiles bound the engine's copy of a
+	// container's output: Docker's "local" driver, rotated, at most 3 × 5
+	// MB. Without them the engine's default json-file log grows without
+	// end.
+	LogDriver   = "local"
+	LogMaxSize  = "5m"
+	LogMaxFiles = "3"
+	// PidsLimit bounds the processes of one container, whatever its
+	// class: enough for any service, few enough that a fork bomb cannot
+	// starve the machine.
+	PidsLimit = 4096
 )
 
 // Defaults for Options' time limits.
@@ -270,8 +286,8 @@ func (d *Driver) runtimes(ctx context.Context) ([]string, error) {
 // Start implements drivers.Driver.
 func (d *Driver) Start(ctx context.Context, spec drivers.Spec) error {
 	w := spec.Workload
-	if w == "" {
-		return errors.New("docker: start: empty workload id")
+	if err := spec.Check(); err != nil {
+		return fmt.Errorf("docker: start %s: %w", w, err)
 	}
 	if spec.Kind == protocol.KindVM {
 		return fmt.Errorf("docker: start %s: kind %s is not a container", w, spec.Kind)
@@ -303,16 +319,33 @@ func (d *Driver) Start(ctx context.Context, spec drivers.Spec) error {
 	if c == nil {
 		return d.create(ctx, spec)
 	}
+	e, _ := d.rec.get(w)
+	if e.Container != c.ID {
+		e = entry{}
+	}
 	switch c.State.Status {
 	case container.StateRunning, container.StateRestarting, container.StatePaused:
-		d.rec.set(w, entry{Container: c.ID, Attempt: spec.Attempt})
+		d.rec.set(w, entry{Container: c.ID, Attempt: spec.Attempt, Spec: e.Spec})
 		return nil
 	case container.StateRemoving:
 		return fmt.Errorf("docker: start %s: container is being removed", w)
 	}
+	if e.Spec != "" && e.Spec != specHash(spec) {
+		// Its image, class or spec changed while it was down: a
+		// container's config cannot change, so it is made anew. The
+		// volumes, which hold its data, stay.
+		d.log.Info("recreating container for a changed spec", "workload", w, "attempt", spec.Attempt, "container", shortID(c.ID))
+		cctx, cancel := d.call(ctx)
+		_, err := d.cli.ContainerRemove(cctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		cancel()
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("docker: start %s: %w", w, d.wrap(ctx, "remove container", err))
+		}
+		return d.create(ctx, spec)
+	}
 	// Created, exited or dead: start the same container, so its writable
 	// layer and volume carry over.
-	d.rec.set(w, entry{Container: c.ID, Attempt: spec.Attempt})
+	d.rec.set(w, entry{Container: c.ID, Attempt: spec.Attempt, Spec: e.Spec})
 	d.log.Info("restarting container", "workload", w, "attempt", spec.Attempt, "container", shortID(c.ID))
 	return d.startContainer(ctx, w, c.ID)
 }
@@ -352,16 +385,32 @@ var errNoImage = errors.New("image not present")
 // returns errNoImage when the engine lacks the image.
 func (d *Driver) createAndStart(ctx context.Context, spec drivers.Spec, hc *container.HostConfig) error {
 	w := spec.Workload
-	if err := d.ensureVolume(ctx, w); err != nil {
+	if err := d.ensureVolume(ctx, w, VolumeName(w), ""); err != nil {
 		return err
 	}
+	for _, v := range spec.Volumes {
+		if err := d.ensureVolume(ctx, w, d.NamedVolume(w, v.Name), v.Name); err != nil {
+			return err
+		}
+	}
+	// The environment, secrets included, goes only into the container's
+	// config: never into labels, and never logged.
 	cfg := &container.Config{
-		Image: spec.Image,
+		Image:      spec.Image,
+		Cmd:        spec.Command,
+		Env:        spec.EnvList(),
+		WorkingDir: spec.Workdir,
 		Labels: d.labels(map[string]string{
 			LabelWorkload: w,
 			LabelAttempt:  strconv.FormatInt(spec.Attempt, 10),
 			LabelDriver:   d.name,
 		}),
+	}
+	if len(spec.Ports) > 0 {
+		cfg.ExposedPorts = network.PortSet{}
+		for p := range hc.PortBindings {
+			cfg.ExposedPorts[p] = struct{}{}
+		}
 	}
 	cctx, cancel := d.call(ctx)
 	res, err := d.cli.ContainerCreate(cctx, client.ContainerCreateOptions{
@@ -379,7 +428,7 @@ func (d *Driver) createAndStart(ctx context.Context, spec drivers.Spec, hc *cont
 	for _, warn := range res.Warnings {
 		d.log.Warn("engine warning on create", "workload", w, "warning", warn)
 	}
-	d.rec.set(w, entry{Container: res.ID, Attempt: spec.Attempt})
+	d.rec.set(w, entry{Container: res.ID, Attempt: spec.Attempt, Spec: specHash(spec)})
 	d.log.Info("created container", "workload", w, "attempt", spec.Attempt, "container", shortID(res.ID), "image", spec.Image)
 	return d.startContainer(ctx, w, res.ID)
 }
@@ -394,11 +443,35 @@ func (d *Driver) hostConfig(ctx context.Context, spec drivers.Spec) (*container.
 		// An init as PID 1 forwards SIGTERM to workloads that do not
 		// handle it themselves, so Stop rarely needs the grace period.
 		Init: &init,
+		// The engine's own copy of the output is bounded too, in a
+		// format its log API reads back (FollowLogs); the agent's ring
+		// holds the rest.
+		LogConfig: container.LogConfig{Type: LogDriver, Config: map[string]string{
+			"max-size": LogMaxSize, "max-file": LogMaxFiles,
+		}},
 		Mounts: []mount.Mount{{
 			Type:   mount.TypeVolume,
 			Source: VolumeName(spec.Workload),
 			Target: DataPath,
 		}},
+	}
+	pids := int64(PidsLimit)
+	hc.PidsLimit = &pids
+	for _, v := range spec.Volumes {
+		if v.Path == DataPath {
+			return nil, fmt.Errorf("volume %s: %s is the workload's data volume", v.Name, DataPath)
+		}
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Source: d.NamedVolume(spec.Workload, v.Name), Target: v.Path})
+	}
+	for _, p := range spec.Ports {
+		cp, ok := network.PortFrom(uint16(p.Container), network.IPProtocol(p.Protocol()))
+		if !ok {
+			return nil, fmt.Errorf("port %s: not a port", p)
+		}
+		if hc.PortBindings == nil {
+			hc.PortBindings = network.PortMap{}
+		}
+		hc.PortBindings[cp] = append(hc.PortBindings[cp], network.PortBinding{HostPort: strconv.Itoa(p.Host)})
 	}
 	r := spec.Resources
 	if r.CPUs > 0 {
@@ -451,21 +524,23 @@ func deviceRequests(devices []string) ([]container.DeviceRequest, error) {
 	}}, nil
 }
 
-// ensureVolume creates the workload's volume, refusing one of that name
-// that Einsora did not make: its data is not ours to mount.
-func (d *Driver) ensureVolume(ctx context.Context, w string) error {
+// ensureVolume creates one of the workload's volumes (its data volume when
+// named is "", else the spec's volume of that name), refusing one of that
+// name that Einsora did not make: its data is not ours to mount.
+func (d *Driver) ensureVolume(ctx context.Context, w, name, named string) error {
 	cctx, cancel := d.call(ctx)
 	defer cancel()
-	res, err := d.cli.VolumeCreate(cctx, client.VolumeCreateOptions{
-		Name:   VolumeName(w),
-		Labels: d.labels(map[string]string{LabelWorkload: w, LabelDriver: d.name}),
-	})
+	labels := d.labels(map[string]string{LabelWorkload: w, LabelDriver: d.name})
+	if named != "" {
+		labels[LabelVolume] = named
+	}
+	res, err := d.cli.VolumeCreate(cctx, client.VolumeCreateOptions{Name: name, Labels: labels})
 	if err != nil {
 		return d.wrap(ctx, "create volume", err)
 	}
 	// Creating an existing volume returns it unchanged.
-	if !d.owns(res.Volume.Labels, w) {
-		return fmt.Errorf("create volume %s: %w", VolumeName(w), errForeign)
+	if !d.owns(res.Volume.Labels, w) || res.Volume.Labels[LabelVolume] != named {
+		return fmt.Errorf("create volume %s: %w", name, errForeign)
 	}
 	return nil
 }
@@ -502,7 +577,11 @@ func (d *Driver) Stop(ctx context.Context, w string) error {
 	}
 	// Recorded first, so that once it is down it reads as stopped, not
 	// exited, even if the agent dies meanwhile.
-	d.rec.set(w, entry{Container: c.ID, Attempt: d.attempt(w, c.ID, c.Config.Labels), Stopped: true})
+	e, _ := d.rec.get(w)
+	if e.Container != c.ID {
+		e = entry{}
+	}
+	d.rec.set(w, entry{Container: c.ID, Attempt: d.attempt(w, c.ID, c.Config.Labels), Stopped: true, Spec: e.Spec})
 	if !c.State.Running && !c.State.Restarting {
 		return nil
 	}
@@ -539,6 +618,9 @@ func (d *Driver) Remove(ctx context.Context, w string) error {
 	if err := d.removeVolume(ctx, w); err != nil {
 		return fmt.Errorf("docker: remove %s: %w", w, err)
 	}
+	if err := d.removeNamedVolumes(ctx, w); err != nil {
+		return fmt.Errorf("docker: remove %s: %w", w, err)
+	}
 	d.rec.remove(w)
 	return nil
 }
@@ -560,6 +642,30 @@ func (d *Driver) removeVolume(ctx context.Context, w string) error {
 	}
 	if _, err := d.cli.VolumeRemove(cctx, name, client.VolumeRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
 		return d.wrap(ctx, "remove volume", err)
+	}
+	return nil
+}
+
+// removeNamedVolumes removes the spec's volumes of w: every volume that
+// carries w's labels and a volume name, whatever spec made it.
+func (d *Driver) removeNamedVolumes(ctx context.Context, w string) error {
+	cctx, cancel := d.call(ctx)
+	defer cancel()
+	f := client.Filters{}.Add("label", LabelWorkload+"="+w, LabelDriver+"="+d.name, LabelVolume)
+	if d.machine != "" {
+		f = f.Add("label", LabelMachine+"="+d.machine)
+	}
+	res, err := d.cli.VolumeList(cctx, client.VolumeListOptions{Filters: f})
+	if err != nil {
+		return d.wrap(ctx, "list volumes", err)
+	}
+	for _, v := range res.Items {
+		if !d.owns(v.Labels, w) || v.Name != d.NamedVolume(w, v.Labels[LabelVolume]) {
+			continue
+		}
+		if _, err := d.cli.VolumeRemove(cctx, v.Name, client.VolumeRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+			return d.wrap(ctx, "remove volume "+v.Name, err)
+		}
 	}
 	return nil
 }
@@ -772,6 +878,35 @@ func ContainerName(w string) string {
 
 // VolumeName is the name of workload w's data volume.
 func VolumeName(w string) string { return ContainerName(w) }
+
+// specHash sums what a container is created from: image, class and
+// workload spec (the restart policy aside, which is the agent's). It is kept
+// in the driver's record (mode 0600, beside the agent's state, which holds
+// the spec itself), never in a label: it sums secrets too.
+func specHash(spec drivers.Spec) string {
+	ws := spec.WorkloadSpec
+	ws.Restart = nil
+	b, _ := json.Marshal(struct {
+		Image     string
+		Kind      protocol.Kind
+		Resources protocol.Resources
+		Spec      protocol.WorkloadSpec
+	}{spec.Image, spec.Kind, spec.Resources, ws})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// NamedVolume is the engine's name for the spec's volume called name of
+// workload w: the container's name, the volume's, and a short hash of the
+// machine ID when there is one, so agents sharing an engine keep apart.
+func (d *Driver) NamedVolume(w, name string) string {
+	n := ContainerName(w) + ".v." + name
+	if d.machine != "" {
+		sum := sha256.Sum256([]byte(d.machine))
+		n += ".m" + hex.EncodeToString(sum[:4])
+	}
+	return n
+}
 
 func shortID(id string) string {
 	if len(id) > 12 {

@@ -23,6 +23,9 @@ type entry struct {
 	Container string `json:"container"`
 	Attempt   int64  `json:"attempt"`
 	Stopped   bool   `json:"stopped,omitempty"`
+	// Spec is specHash of what the container was created from; a Start
+	// with another remakes it. Empty (an older record) never does.
+	Spec string `json:"spec,omitempty"`
 }
 
 // records is the driver's record, kept in a JSON file when it has a

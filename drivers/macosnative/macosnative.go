@@ -9,12 +9,18 @@
 //
 // Each workload W has, under the driver's directory, a record W.json
 // (written atomically) and a directory W/ holding W/data/ (the workload's
-// data, its working directory and $EINSORA_DATA) and W/log (stdout and
-// stderr, appended). The process runs in its own session, so it outlives an
+// data, its working directory and $EINSORA_DATA), W/log (stdout, appended)
+// and W/log.stderr (stderr, appended); FollowLogs tails both. The process runs in its own session, so it outlives an
 // agent restart; the record's pid and process start time let a new agent
 // find it again without mistaking a reused pid for it.
 //
-// CPU and memory limits are not enforced by this driver.
+// The workload spec: Command replaces the image's arguments; Env and
+// SecretEnv are added to a small inherited environment; Workdir and each
+// volume's Path are read inside the data directory (volumes are plain
+// directories there); a port must have equal host and container numbers,
+// since the process binds it itself. Memory is bounded on Linux with
+// RLIMIT_DATA set right after the process starts (see limits_linux.go); on
+// darwin nothing is enforced, see limits_other.go.
 package macosnative
 
 import (
@@ -201,14 +207,19 @@ func (d *Driver) DataDir(workload string) string {
 	return filepath.Join(d.dir, instancefile.Name(workload), "data")
 }
 
-// LogPath is the file the workload's stdout and stderr are appended to.
+// LogPath is the file the workload's stdout is appended to.
 func (d *Driver) LogPath(workload string) string {
 	return filepath.Join(d.dir, instancefile.Name(workload), "log")
 }
 
+// StderrPath is the file the workload's stderr is appended to.
+func (d *Driver) StderrPath(workload string) string {
+	return filepath.Join(d.dir, instancefile.Name(workload), "log.stderr")
+}
+
 func (d *Driver) Start(ctx context.Context, spec drivers.Spec) error {
-	if spec.Workload == "" {
-		return errors.New("macos-native: start: empty workload ID")
+	if err := spec.Check(); err != nil {
+		return fmt.Errorf("macos-native: start %s: %w", spec.Workload, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("macos-native: start %s: %w", spec.Workload, err)
@@ -242,7 +253,10 @@ func (d *Driver) Start(ctx context.Context, spec drivers.Spec) error {
 		d.log.Warn("macos-native: image unavailable", "workload", spec.Workload, "err", err)
 		return d.save(r)
 	}
-	c, start, err := d.spawn(spec.Workload, path, args)
+	if len(spec.Command) > 0 {
+		args = spec.Command
+	}
+	c, start, err := d.spawn(spec, path, args)
 	if err != nil {
 		r.Failed, r.Detail = protocol.CodeFailedStart, err.Error()
 		d.log.Warn("macos-native: start failed", "workload", spec.Workload, "err", err)
@@ -263,21 +277,51 @@ func (d *Driver) Start(ctx context.Context, spec drivers.Spec) error {
 	return nil
 }
 
-// spawn starts the program in its own session, in the data directory, with
+// spawn starts the program in its own session, in the data directory (or
+// the spec's working directory inside it), with the spec's environment and
 // output appended to the log.
-func (d *Driver) spawn(workload, path string, args []string) (*exec.Cmd, uint64, error) {
+func (d *Driver) spawn(spec drivers.Spec, path string, args []string) (*exec.Cmd, uint64, error) {
+	workload := spec.Workload
+	for _, p := range spec.Ports {
+		// A process binds its ports itself: nothing here can map one.
+		if p.Host != p.Container {
+			return nil, 0, fmt.Errorf("port %s: a process cannot have its port mapped; want host and container equal", p)
+		}
+	}
+	data := d.DataDir(workload)
+	dir := inData(data, spec.Workdir)
+	// Volumes are directories in the data directory at their path: kept
+	// on Stop, deleted with the workload.
+	for _, dirs := range append([]string{dir}, volumeDirs(data, spec.Volumes)...) {
+		if err := os.MkdirAll(dirs, 0o700); err != nil {
+			return nil, 0, err
+		}
+	}
 	logf, err := os.OpenFile(d.LogPath(workload), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer logf.Close()
-	data := d.DataDir(workload)
+	errf, err := os.OpenFile(d.StderrPath(workload), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer errf.Close()
 	c := exec.Command(path, args...)
-	c.Dir = data
-	c.Env = append(baseEnv(), "EINSORA_DATA="+data)
-	c.Stdout, c.Stderr = logf, logf
+	c.Dir = dir
+	// Later entries win, so the driver's own variable cannot be
+	// overridden (Validate refuses it anyway).
+	c.Env = append(append(baseEnv(), spec.EnvList()...), "EINSORA_DATA="+data)
+	c.Stdout, c.Stderr = logf, errf
 	if err := startDetached(c); err != nil {
 		return nil, 0, err
+	}
+	if err := setLimits(c.Process.Pid, spec.Resources); err != nil {
+		// A workload must not run over a limit it was promised to: kill
+		// it and say why.
+		_ = killGroup(c.Process.Pid)
+		_ = c.Wait()
+		return nil, 0, fmt.Errorf("resource limits: %w", err)
 	}
 	start, err := procStart(c.Process.Pid)
 	if err != nil {
@@ -286,6 +330,23 @@ func (d *Driver) spawn(workload, path string, args []string) (*exec.Cmd, uint64,
 		start = 0
 	}
 	return c, start, nil
+}
+
+// inData is the path p of the workload (absolute, clean, checked by
+// Validate) inside its data directory; "" is the data directory itself.
+func inData(data, p string) string {
+	if p == "" {
+		return data
+	}
+	return filepath.Join(data, filepath.FromSlash(p))
+}
+
+func volumeDirs(data string, vs []protocol.Volume) []string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, inData(data, v.Path))
+	}
+	return out
 }
 
 // baseEnv is the part of the agent's environment a workload inherits: what

@@ -14,12 +14,21 @@
 //	fail=image      the image cannot be had: image_unavailable
 //	hang=OP         OP (start, stop, remove, list) blocks, ignoring its
 //	                context, until the driver is closed
+//	listen          while running, the spec's published host ports are
+//	                open on 127.0.0.1: a TCP connection reads one line,
+//	                "sim WORKLOAD\n", and a UDP datagram is answered with
+//	                it; the ports close when it stops, exits or is removed
+//
+// The workload spec is recorded as given (Spec reads it back) and checked
+// like every driver does; nothing else of it has an effect.
 package sim
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -44,8 +53,10 @@ type Driver struct {
 	closed chan struct{}
 	once   sync.Once
 
-	// mu guards the instance files.
+	// mu guards the instance files and listeners.
 	mu sync.Mutex
+	// listeners are the open ports of running "listen" instances.
+	listeners map[string][]io.Closer
 }
 
 var (
@@ -58,12 +69,17 @@ func New(dir string, clk clock.Clock) (*Driver, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sim: %w", err)
 	}
-	return &Driver{dir: dir, clk: clk, closed: make(chan struct{})}, nil
+	return &Driver{dir: dir, clk: clk, closed: make(chan struct{}), listeners: map[string][]io.Closer{}}, nil
 }
 
-// Close releases calls that hang on purpose.
+// Close releases calls that hang on purpose and closes every open port.
 func (d *Driver) Close() error {
 	d.once.Do(func() { close(d.closed) })
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for w := range d.listeners {
+		d.closePortsLocked(w)
+	}
 	return nil
 }
 
@@ -82,6 +98,9 @@ type record struct {
 	Starts    int           `json:"starts"` // how many times it was actually started
 	Opts      options       `json:"opts"`
 	Failed    protocol.Code `json:"failed,omitempty"`
+	// Spec is the workload spec of the last Start. The file is the
+	// agent's (mode 0600), like the desired state that carried it.
+	Spec protocol.WorkloadSpec `json:"spec,omitzero"`
 }
 
 type options struct {
@@ -91,6 +110,7 @@ type options struct {
 	ExitCode   int           `json:"exit_code,omitempty"`
 	Fail       string        `json:"fail,omitempty"`
 	Hang       string        `json:"hang,omitempty"`
+	Listen     bool          `json:"listen,omitempty"`
 }
 
 // ParseImage reads a sim image string.
@@ -112,6 +132,8 @@ func ParseImage(image string) (options, error) {
 		k, v, _ := strings.Cut(opt, "=")
 		var err error
 		switch k {
+		case "listen":
+			o.Listen = true
 		case "start-delay":
 			o.StartDelay, err = time.ParseDuration(v)
 		case "exit-after":
@@ -146,6 +168,9 @@ func (d *Driver) DataDir(workload string) string {
 }
 
 func (d *Driver) Start(ctx context.Context, spec drivers.Spec) error {
+	if err := spec.Check(); err != nil {
+		return fmt.Errorf("sim: start %s: %w", spec.Workload, err)
+	}
 	opts, err := ParseImage(spec.Image)
 	if err != nil {
 		return fmt.Errorf("sim: start: %w", err)
@@ -167,7 +192,7 @@ func (d *Driver) Start(ctx context.Context, spec drivers.Spec) error {
 		}
 	}
 	now := d.clk.Now()
-	r.Attempt, r.Image, r.Opts = spec.Attempt, spec.Image, opts
+	r.Attempt, r.Image, r.Opts, r.Spec = spec.Attempt, spec.Image, opts, spec.WorkloadSpec
 	switch state, _ := r.state(now); state {
 	case drivers.StateStarting, drivers.StateRunning:
 		return d.saveLocked(r)
@@ -183,6 +208,14 @@ func (d *Driver) Start(ctx context.Context, spec drivers.Spec) error {
 	r.StartedAt, r.StoppedAt = now, time.Time{}
 	if r.Running {
 		r.Starts++
+	}
+	if err := d.portsLocked(r, now); err != nil {
+		// As a container whose port is taken: it does not start.
+		r.Running, r.Failed = false, protocol.CodeFailedStart
+		if serr := d.saveLocked(r); serr != nil {
+			return serr
+		}
+		return fmt.Errorf("sim: start %s: %w", spec.Workload, err)
 	}
 	return d.saveLocked(r)
 }
@@ -207,6 +240,7 @@ func (d *Driver) Stop(ctx context.Context, workload string) error {
 		r.Running = false
 		r.StoppedAt = d.clk.Now()
 	}
+	d.closePortsLocked(workload)
 	return d.saveLocked(r)
 }
 
@@ -226,6 +260,7 @@ func (d *Driver) Remove(ctx context.Context, workload string) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.closePortsLocked(workload)
 	if err := os.RemoveAll(filepath.Join(d.dir, instancefile.Name(workload))); err != nil {
 		return fmt.Errorf("sim: remove %s: %w", workload, err)
 	}
@@ -255,6 +290,10 @@ func (d *Driver) List(ctx context.Context) ([]drivers.Instance, error) {
 			return nil, fmt.Errorf("sim: list: %s: %w", name, err)
 		}
 		hang = hang || r.Opts.Hang == "list"
+		// A port that cannot be opened again (after an agent restart)
+		// stays closed and is tried again at the next List; one
+		// workload's port must not hide the others.
+		_ = d.portsLocked(r, now)
 		out = append(out, r.instance(now))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Workload < out[j].Workload })
@@ -266,6 +305,147 @@ func (d *Driver) List(ctx context.Context) ([]drivers.Instance, error) {
 	}
 	return out, nil
 }
+
+// Spec returns the workload spec the workload was last started with.
+func (d *Driver) Spec(workload string) (protocol.WorkloadSpec, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, err := d.loadLocked(workload)
+	if err != nil {
+		return protocol.WorkloadSpec{}, fmt.Errorf("sim: spec %s: %w", workload, err)
+	}
+	return r.Spec, nil
+}
+
+// portsLocked opens a running "listen" instance's published ports, and
+// closes them once it is not running (it exited, or a later agent found it
+// so). A port that cannot be opened is an error for the caller to report.
+func (d *Driver) portsLocked(r *record, now time.Time) error {
+	state, _ := r.state(now)
+	if !r.Opts.Listen || state != drivers.StateRunning {
+		d.closePortsLocked(r.Workload)
+		return nil
+	}
+	if _, open := d.listeners[r.Workload]; open {
+		return nil
+	}
+	line := []byte("sim " + r.Workload + "\n")
+	var ls []io.Closer
+	for _, p := range r.Spec.Ports {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Host))
+		var c io.Closer
+		var err error
+		if p.Protocol() == protocol.ProtoUDP {
+			c, err = listenUDP(addr, line)
+		} else {
+			c, err = listenTCP(addr, line)
+		}
+		if err != nil {
+			for _, l := range ls {
+				l.Close()
+			}
+			return fmt.Errorf("publish %s: %w", p, err)
+		}
+		ls = append(ls, c)
+	}
+	d.listeners[r.Workload] = ls
+	return nil
+}
+
+func (d *Driver) closePortsLocked(workload string) {
+	for _, l := range d.listeners[workload] {
+		l.Close()
+	}
+	delete(d.listeners, workload)
+}
+
+func listenTCP(addr string, line []byte) (io.Closer, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return // closed
+			}
+			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = c.Write(line)
+			c.Close()
+		}
+	}()
+	return l, nil
+}
+
+func listenUDP(addr string, line []byte) (io.Closer, error) {
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return // closed
+			}
+			_, _ = pc.WriteTo(line, from)
+		}
+	}()
+	return pc, nil
+}
+
+// FollowLogs emits a synthetic System line for each state the workload's
+// instance passes through after since, read every LogPoll on the driver's
+// clock, and returns once it is no longer starting or running (after its
+// last line), when it is missing, or when ctx ends. The sim runs nothing,
+// so this is all the output it has.
+func (d *Driver) FollowLogs(ctx context.Context, workload string, since time.Time, emit func(drivers.LogLine)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-d.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	last := ""
+	for {
+		d.mu.Lock()
+		r, err := d.loadLocked(workload)
+		d.mu.Unlock()
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("sim: logs %s: %w", workload, err)
+		}
+		now := d.clk.Now()
+		in := r.instance(now)
+		line := fmt.Sprintf("sim: %s attempt %d is %s", workload, in.Attempt, in.State)
+		switch {
+		case in.State == drivers.StateExited:
+			line += fmt.Sprintf(" with code %d", in.ExitCode)
+		case in.Progress != "":
+			line += " (" + in.Progress + ")"
+		}
+		if line != last && now.After(since) {
+			emit(drivers.LogLine{Time: now, Stream: drivers.LogSystem, Line: line})
+		}
+		last = line
+		if in.State != drivers.StateStarting && in.State != drivers.StateRunning {
+			return nil
+		}
+		if !clock.Sleep(d.clk, LogPoll, ctx.Done()) {
+			return nil
+		}
+	}
+}
+
+// LogPoll is how often FollowLogs looks at an instance's state.
+const LogPoll = 50 * time.Millisecond
 
 // Starts reports how many times the workload's instance was actually
 // started, so tests can check that an attempt started at most once.

@@ -53,6 +53,9 @@ type Driver struct {
 	// an engine not listed runs none. nil: the driver needs no engine.
 	// A machine whose inventory names no engine kind counts as Docker.
 	Engines map[string][]protocol.Kind
+	// Limited, when set, says by its image which workloads the limit
+	// counts and caps; nil means every workload of the driver.
+	Limited func(image string) bool
 }
 
 // DefaultDrivers is the hub's driver table.
@@ -90,14 +93,15 @@ var DefaultDrivers = []Driver{
 		},
 	},
 	{
-		// Virtualization.framework. macOS allows two macOS guests per
-		// Mac; the cap counts every vz workload, whatever its guest.
-		// VMs only: a notebook here would take one of the two slots.
+		// Virtualization.framework. macOS runs at most two macOS guests
+		// per Mac; Linux guests are not limited, so the cap counts and
+		// caps macOS guests only.
 		Name: "vz", OS: "darwin", Arch: "arm64",
 		Isolation:       protocol.IsolationVM,
 		Kinds:           []protocol.Kind{protocol.KindVM},
 		Accelerators:    []string{AcceleratorNone},
 		PerMachineLimit: 2,
+		Limited:         MacOSGuestImage,
 	},
 	{
 		// Processes on the Mac itself: the one driver that can use the
@@ -181,4 +185,42 @@ func (d Driver) FitsPlatform(os, arch string) bool {
 // per-machine limit on a machine already holding n with it.
 func (d Driver) Allows(n int) bool {
 	return d.PerMachineLimit <= 0 || n < d.PerMachineLimit
+}
+
+// Counts reports whether a workload of image counts toward, and is capped
+// by, the driver's per-machine limit.
+func (d Driver) Counts(image string) bool {
+	return d.Limited == nil || d.Limited(image)
+}
+
+// HeldWith is how many of the machine's holdings with d count toward d's
+// per-machine limit.
+func (m Machine) HeldWith(d Driver) int {
+	n := 0
+	for _, h := range m.Holding {
+		if h.Driver == d.Name && d.Counts(h.Image) {
+			n++
+		}
+	}
+	return n
+}
+
+// MacOSGuestImage reports whether a vz image string is a macOS guest: an
+// IPSW (".ipsw"), or guest=macos in its options (drivers/vz.ParseImage
+// reads it the same way).
+func MacOSGuestImage(image string) bool {
+	src, frag, _ := strings.Cut(image, "#")
+	guest := ""
+	for opt := range strings.SplitSeq(frag, "&") {
+		if v, ok := strings.CutPrefix(opt, "guest="); ok {
+			guest = v
+		}
+	}
+	if guest != "" {
+		return guest == "macos"
+	}
+	if strings.HasPrefix(src, "https://") {
+		src, _, _ = strings.Cut(src, "?")
+	}
+	return strings.HasSuffix(strings.ToLower(src), ".ipsw")
 }

@@ -176,3 +176,44 @@ func TestRule5_IsolationFromTheHubsTable(t *testing.T) {
 		}
 	}
 }
+
+// vz's limit counts and caps macOS guests only: Linux guests neither count
+// toward it nor wait for it.
+func TestRule5_VZLimitCountsMacOSGuestsOnly(t *testing.T) {
+	linuxHeld := func(id string) Held {
+		return Held{Workload: id, Driver: "vz", Kind: protocol.KindVM, CPUs: 1, MemoryMB: 2048, Image: linuxRaw}
+	}
+	tests := []struct {
+		name    string
+		holding []Held
+		image   string
+		fits    bool
+	}{
+		{"macos_under_limit", []Held{vzHeld("a")}, macIPSW, true},
+		{"macos_at_limit", []Held{vzHeld("a"), vzHeld("b")}, macIPSW, false},
+		{"guest_option_macos_at_limit", []Held{vzHeld("a"), vzHeld("b")}, "/img/disk.img#guest=macos", false},
+		{"linux_beside_two_macos", []Held{vzHeld("a"), vzHeld("b")}, linuxRaw, true},
+		{"macos_beside_linux_guests", []Held{linuxHeld("a"), linuxHeld("b"), linuxHeld("c")}, macIPSW, true},
+		{"linux_beside_many_linux", []Held{linuxHeld("a"), linuxHeld("b"), linuxHeld("c")}, linuxRaw, true},
+		{"guest_option_linux_not_counted", []Held{vzHeld("a"), vzHeld("b")}, "/img/x.ipsw#guest=linux", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := with(mac("m-1", "acme", "r"), holding(tt.holding...))
+			m.CPUs, m.MemoryMB = 64, 1<<20
+			f := NewFleet([]Machine{m}, withoutSim())
+			_, err := f.Place(withImage(wl("w", "acme", "r", protocol.KindVM, "cpu-1"), tt.image), class(t, "cpu-1"))
+			if (err == nil) != tt.fits {
+				t.Fatalf("image %q beside %d held: err %v, want fits=%v", tt.image, len(tt.holding), err, tt.fits)
+			}
+		})
+	}
+	for image, want := range map[string]bool{
+		macIPSW: true, "https://h/x.IPSW?sig=1": true, "/a/b.ipsw#sha256=00": true,
+		linuxRaw: false, "/a/disk.raw#guest=macos": true, "": false, "/a/x.ipsw#guest=linux": false,
+	} {
+		if got := MacOSGuestImage(image); got != want {
+			t.Errorf("MacOSGuestImage(%q) = %v, want %v", image, got, want)
+		}
+	}
+}

@@ -42,6 +42,9 @@ type machineState struct {
 	offers []bool
 	// lists are the shortlists the machine is on.
 	lists []*shortlist
+	// limited counts, by driver name, the holdings that count toward the
+	// driver's per-machine limit.
+	limited map[string]int
 }
 
 // NewFleet returns the fleet of machines with the driver table drivers. A
@@ -67,10 +70,11 @@ func NewFleet(machines []Machine, drivers []Driver) *Fleet {
 			continue
 		}
 		f.byID[m.ID] = -1
-		ms := machineState{m: m, free: m.Free(), offers: make([]bool, len(f.drivers))}
+		ms := machineState{m: m, free: m.Free(), offers: make([]bool, len(f.drivers)), limited: map[string]int{}}
 		ms.devices = ms.free.devices()
 		for i, d := range f.drivers {
 			ms.offers[i] = m.Offers(d)
+			ms.limited[d.Name] = m.HeldWith(d)
 		}
 		f.machines = append(f.machines, ms)
 	}
@@ -130,7 +134,7 @@ func (f *Fleet) Place(w Workload, c Class) (Decision, error) {
 	n := 0
 	for _, k := range sl.alive {
 		i := sl.machines[k]
-		s, d := f.dynamic(&f.machines[i], &c, sl.drivers[k])
+		s, d := f.dynamic(&f.machines[i], &w, &c, sl.drivers[k])
 		if s != stageFits {
 			continue
 		}
@@ -150,7 +154,7 @@ func (f *Fleet) Place(w Workload, c Class) (Decision, error) {
 		// the driver.
 		sl.failStage, sl.failDriver = sl.stage, -1
 		for k, i := range sl.machines {
-			if s, d := f.dynamic(&f.machines[i], &c, sl.drivers[k]); s > sl.failStage {
+			if s, d := f.dynamic(&f.machines[i], &w, &c, sl.drivers[k]); s > sl.failStage {
 				sl.failStage, sl.failDriver = s, d
 			}
 		}
@@ -178,7 +182,7 @@ func (f *Fleet) placeSticky(w *Workload, c *Class) (Decision, error) {
 	if s != stageFits {
 		return Decision{}, f.reason(s, -1, w, c)
 	}
-	s, d := f.dynamic(ms, c, permitted)
+	s, d := f.dynamic(ms, w, c, permitted)
 	if s != stageFits {
 		return Decision{}, f.reason(s, d, w, c)
 	}
@@ -209,6 +213,9 @@ type shape struct {
 	accelerator    string
 	devices        int
 	cpus, memoryMB int
+	// limited says which drivers' limits the workload counts toward:
+	// workloads alike but for that fail the limit differently.
+	limited string
 }
 
 // shortlist holds, for one shape, the machines that pass the static rules.
@@ -230,8 +237,23 @@ type shortlist struct {
 // shortlist returns the machines that pass the static rules for w and c:
 // those no Hold can change (CanHost, Equipped, a driver that runs it, is
 // offered and is permitted, online). It is computed once per shape per pass.
+// limitedBy marks, per limited driver, whether w counts toward its limit.
+func (f *Fleet) limitedBy(w *Workload) string {
+	var b []byte
+	for _, d := range f.drivers {
+		if d.PerMachineLimit > 0 && d.Limited != nil {
+			if d.Counts(w.Image) {
+				b = append(b, '1')
+			} else {
+				b = append(b, '0')
+			}
+		}
+	}
+	return string(b)
+}
+
 func (f *Fleet) shortlist(w *Workload, c *Class) *shortlist {
-	k := shape{w.Tenant, w.Region, w.Kind, c.accelerator(), c.Devices, c.CPUs, c.MemoryMB}
+	k := shape{w.Tenant, w.Region, w.Kind, c.accelerator(), c.Devices, c.CPUs, c.MemoryMB, f.limitedBy(w)}
 	if sl, ok := f.shortlists[k]; ok {
 		return sl
 	}
@@ -297,11 +319,11 @@ func (f *Fleet) static(ms *machineState, w *Workload, c *Class, cands []int) (st
 // drivers under its per-machine limit, then free devices, CPUs and memory.
 // It returns the stage failed, or stageFits, and the driver chosen (or, at
 // stageLimit, the driver at its limit).
-func (f *Fleet) dynamic(ms *machineState, c *Class, permitted []int) (stage, int) {
+func (f *Fleet) dynamic(ms *machineState, w *Workload, c *Class, permitted []int) (stage, int) {
 	chosen := -1
 	for _, i := range permitted {
 		d := &f.drivers[i]
-		if d.PerMachineLimit <= 0 || d.Allows(ms.free.Drivers[d.Name]) {
+		if d.PerMachineLimit <= 0 || !d.Counts(w.Image) || d.Allows(ms.limited[d.Name]) {
 			chosen = i
 			break
 		}
@@ -363,6 +385,11 @@ func (f *Fleet) hold(i int, w *Workload, c *Class, dec Decision) {
 		ms.free.Drivers = make(map[string]int)
 	}
 	ms.free.Drivers[dec.Driver]++
+	for _, d := range f.drivers {
+		if d.Name == dec.Driver && d.Counts(w.Image) {
+			ms.limited[d.Name]++
+		}
+	}
 	if w.ID != "" {
 		f.placed[w.ID] = dec.Machine
 	}

@@ -15,6 +15,9 @@ type Held struct {
 	Workload string
 	Driver   string
 	Kind     protocol.Kind
+	// Image is the workload's image, for a driver whose limit counts
+	// only some images (Driver.Limited).
+	Image    string
 	CPUs     int
 	MemoryMB int
 	Devices  []string

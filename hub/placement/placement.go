@@ -87,6 +87,9 @@ type Workload struct {
 	Region string
 	Kind   protocol.Kind
 	Class  string
+	// Image matters to placement only where a driver's limit counts some
+	// images (vz: macOS guests).
+	Image string
 	// HeldMachine and HeldDriver are where the workload last ran, empty
 	// if it never has. A VM or notebook keeps its disk there, so it is
 	// placed only there, and only with HeldDriver when that is set; it

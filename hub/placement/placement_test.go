@@ -16,9 +16,18 @@ const (
 	ep = protocol.KindEndpoint
 )
 
+// macIPSW and linuxRaw are vz images of a macOS and a Linux guest.
+const (
+	macIPSW  = "https://img.example/UniversalMac_15.ipsw"
+	linuxRaw = "https://img.example/debian.raw.gz"
+)
+
+// vzHeld is a macOS guest held with vz.
 func vzHeld(id string) Held {
-	return Held{Workload: id, Driver: "vz", Kind: vm, CPUs: 1, MemoryMB: 2048}
+	return Held{Workload: id, Driver: "vz", Kind: vm, CPUs: 1, MemoryMB: 2048, Image: macIPSW}
 }
+
+func withImage(w Workload, image string) Workload { w.Image = image; return w }
 
 func sticky(w Workload, machine, driver string) Workload {
 	w.HeldMachine, w.HeldDriver = machine, driver
@@ -211,7 +220,7 @@ func TestPlaceReasons(t *testing.T) {
 		{name: "offline_gpu_box_beats_online_cpu_box", machines: []Machine{with(linux("m-1", "acme", "eu-west", 1), offline), linux("m-2", "acme", "eu-west", 0)},
 			w: acme(nb, "nvidia-1"), class: "nvidia-1",
 			reason: where + " that could run it is online"},
-		{name: "vz_limit", machines: []Machine{with(mac("m-1", "acme", "eu-west"), holding(vzHeld("a"), vzHeld("b")))}, w: acme(vm, "cpu-1"), class: "cpu-1",
+		{name: "vz_limit", machines: []Machine{with(mac("m-1", "acme", "eu-west"), holding(vzHeld("a"), vzHeld("b")))}, w: withImage(acme(vm, "cpu-1"), macIPSW), class: "cpu-1",
 			reason: where + " can run another vz workload (2 per machine)"},
 		{name: "gpu_busy", machines: []Machine{with(mac("m-1", "acme", "eu-west"), gpuHeld)}, w: acme(nb, "apple-gpu"), class: "apple-gpu",
 			reason: where + " has a free Apple GPU"},
@@ -279,7 +288,7 @@ func TestRule5_StickyReturnsToItsDisk(t *testing.T) {
 		{name: "gpu_busy_waits", machines: fleet(holding(Held{Workload: "x", Driver: "macos-native", Devices: []string{"apple-gpu:0"}})),
 			w: acme(nb, "apple-gpu", "m-2", "macos-native"), class: "apple-gpu",
 			reason: "waiting for " + held + " to have a free Apple GPU"},
-		{name: "vz_limit_waits", machines: fleet(holding(vzHeld("a"), vzHeld("b"))), w: acme(vm, "cpu-2", "m-2", "vz"), class: "cpu-2",
+		{name: "vz_limit_waits", machines: fleet(holding(vzHeld("a"), vzHeld("b"))), w: withImage(acme(vm, "cpu-2", "m-2", "vz"), macIPSW), class: "cpu-2",
 			reason: "waiting for " + held + " to run fewer than 2 vz workloads"},
 		{name: "driver_not_offered_waits", machines: fleet(drivers("macos-native")), w: acme(vm, "cpu-2", "m-2", "vz"), class: "cpu-2",
 			reason: "waiting for " + held + " to offer driver vz"},
@@ -396,16 +405,16 @@ func TestFleetPass(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 
-	// Two VMs fill vz's limit on the Mac; the third waits.
+	// Two macOS guests fill vz's limit on the Mac; the third waits.
 	c2 := class(t, "cpu-1")
 	for _, id := range []string{"v1", "v2"} {
-		w := wl(id, "acme", "r", vm, "cpu-1")
+		w := withImage(wl(id, "acme", "r", vm, "cpu-1"), macIPSW)
 		d, err := f.Place(w, c2)
 		if err != nil || d.Machine != "m-2" || d.Driver != "vz" {
 			t.Fatalf("vm %s: got %+v, %v, want m-2 vz", id, d, err)
 		}
 	}
-	_, err := f.Place(wl("v3", "acme", "r", vm, "cpu-1"), c2)
+	_, err := f.Place(withImage(wl("v3", "acme", "r", vm, "cpu-1"), macIPSW), c2)
 	if want := "no machine of tenant acme in region r can run another vz workload (2 per machine)"; err == nil || err.Error() != want {
 		t.Errorf("third vm: got %v, want %q", err, want)
 	}

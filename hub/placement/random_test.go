@@ -102,7 +102,7 @@ func (w *world) create() {
 	kinds := protocol.Kinds
 	sw := &simWorkload{
 		w: Workload{ID: id, Tenant: tenants[w.rng.IntN(len(tenants))], Region: regions[w.rng.IntN(len(regions))],
-			Kind: kinds[w.rng.IntN(len(kinds))]},
+			Kind: kinds[w.rng.IntN(len(kinds))], Image: images[w.rng.IntN(len(images))]},
 		c: classes[w.rng.IntN(len(classes))],
 	}
 	sw.w.Class = sw.c.Name
@@ -157,9 +157,13 @@ func (w *world) admit(sw *simWorkload) {
 	w.hold(sw, d)
 }
 
+// images: a macOS guest's (which vz's limit counts), a Linux guest's and
+// none.
+var images = []string{"https://img.example/UniversalMac.ipsw", "/images/debian.raw", ""}
+
 func (w *world) hold(sw *simWorkload, d Decision) {
 	m := w.machine(d.Machine)
-	m.Holding = append(m.Holding, Held{Workload: sw.w.ID, Driver: d.Driver, Kind: sw.w.Kind,
+	m.Holding = append(m.Holding, Held{Workload: sw.w.ID, Driver: d.Driver, Kind: sw.w.Kind, Image: sw.w.Image,
 		CPUs: sw.c.CPUs, MemoryMB: sw.c.MemoryMB, Devices: d.Devices})
 	sw.running = d.Machine
 	w.placed++
@@ -261,7 +265,7 @@ func (w *world) oracle(sw *simWorkload) (Decision, bool) {
 			if sw.w.Sticky() && sw.w.HeldDriver != "" && d.Name != sw.w.HeldDriver {
 				continue
 			}
-			if d.Runs(sw.w.Kind, sw.c.Accelerator) && m.Offers(*d) && m.Permits(sw.w, *d) && d.Allows(free.Drivers[d.Name]) {
+			if d.Runs(sw.w.Kind, sw.c.Accelerator) && m.Offers(*d) && m.Permits(sw.w, *d) && (!d.Counts(sw.w.Image) || d.Allows(m.HeldWith(*d))) {
 				chosen = d
 				break
 			}
@@ -334,7 +338,9 @@ func (w *world) check() {
 			where[h.Workload] = m.ID
 			cpus += h.CPUs
 			mem += h.MemoryMB
-			perDriver[h.Driver]++
+			if table[h.Driver].Counts(h.Image) {
+				perDriver[h.Driver]++
+			}
 			for _, id := range h.Devices {
 				if devs[id] {
 					t.Fatalf("device %s on %s held twice", id, m.ID)

@@ -1,10 +1,13 @@
 package serve
 
 import (
+	"crypto/tls"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,27 +16,63 @@ import (
 	"einsora.dev/edge/clock"
 )
 
-// Limits bound what agents can make the hub do. Zero fields take the
-// defaults.
+// Limits bound what callers can make the hub do. The hub serves three
+// kinds of caller, and each has its own budgets, so that no kind can use up
+// another's: unauthenticated peers (TLS without a client certificate:
+// enrolment, renewal by token), enrolled machines (client certificate
+// verified), and the admin API. Zero fields take the defaults;
+// docs/operations.md lists them all and the flags that tune them.
 type Limits struct {
 	// Rate and Burst are each machine's token bucket: requests a second,
 	// and how many may come at once. Over it, 429 with Retry-After.
 	Rate  float64
 	Burst int
-	// EnrollRate and EnrollBurst are the bucket of each remote address on
-	// the enrolment endpoint, which has no machine to key on.
+	// EnrollRate and EnrollBurst are the bucket of each source (address,
+	// or /64 for IPv6) for unauthenticated requests, which have no
+	// machine to key on.
 	EnrollRate  float64
 	EnrollBurst int
 	// MaxHandshakes is how many TLS handshakes may be in flight at once;
 	// past it a new connection is refused at its ClientHello, before any
 	// costly cryptography, and the agent backs off with jitter.
 	MaxHandshakes int
-	// MaxActive is how many requests may be in flight at once, not
-	// counting long polls waiting (which cost nothing while they wait);
-	// past it, 503 with Retry-After.
+	// HandshakeTimeout is how long a peer has from its connection's
+	// accept to the end of its TLS handshake; then the connection closes
+	// and its slots are free.
+	HandshakeTimeout time.Duration
+	// MaxUntrusted is how many connections may be open that no client
+	// certificate vouches for yet (handshaking, or anonymous after it), in
+	// all; past it a new connection is closed at accept. It also bounds
+	// the table of sources.
+	MaxUntrusted int
+	// MaxUntrustedPerSource is the same, per source: an IPv4 address, or
+	// an IPv6 /64, which one party usually holds whole.
+	MaxUntrustedPerSource int
+	// MaxActive is how many enrolled machines' requests may be in flight
+	// at once, not counting long polls waiting (which cost nothing while
+	// they wait); past it, 503 with Retry-After.
 	MaxActive int
+	// MaxAnonActive is how many unauthenticated requests may be in
+	// flight at once; past it, 503 with Retry-After.
+	MaxAnonActive int
+	// An unauthenticated request's body must arrive within BodyTimeoutMin
+	// plus its declared length at BodyRate bytes a second, and never more
+	// than BodyTimeoutMax: a peer that trickles its body frees its slot.
+	BodyTimeoutMin time.Duration
+	BodyRate       int
+	BodyTimeoutMax time.Duration
+	// MaxAdminActive is how many admin API requests may be in flight.
+	MaxAdminActive int
+	// After a wrong admin token a source must wait AdminFailDelay before
+	// its next request, doubled for each further wrong one up to
+	// AdminFailMax; a right token clears it. At most MaxAdminSources
+	// sources are remembered.
+	AdminFailDelay  time.Duration
+	AdminFailMax    time.Duration
+	MaxAdminSources int
 	// RetryAfter is the least Retry-After of a 503; each answer adds up to
-	// as much again at random, so the agents shed do not return in step.
+	// four times as much at random, so the callers shed do not return in
+	// step.
 	RetryAfter time.Duration
 	// ReadHeaderTimeout bounds reading a request's header.
 	ReadHeaderTimeout time.Duration
@@ -42,46 +81,144 @@ type Limits struct {
 	IdleTimeout time.Duration
 }
 
-// Defaults.
+// Defaults. The ones that scale with the CPUs are in withDefaults.
 const (
-	DefaultRate              = 5
-	DefaultBurst             = 20
-	DefaultEnrollRate        = 1
-	DefaultEnrollBurst       = 10
+	DefaultRate                  = 5
+	DefaultBurst                 = 20
+	DefaultEnrollRate            = 1
+	DefaultEnrollBurst           = 10
+	DefaultHandshakeTimeout      = 2 * time.Second
+	DefaultMaxUntrusted          = 4096
+	DefaultMaxUntrustedPerSource = 64
+	DefaultBodyTimeoutMin        = 3 * time.Second
+	DefaultBodyRate              = 8 << 10
+	DefaultBodyTimeoutMax        = 15 * time.Second
+	DefaultMaxAdminActive        = 64
+	DefaultAdminFailDelay        = time.Second
+	DefaultAdminFailMax          = time.Minute
+	DefaultMaxAdminSources       = 4096
+	// maxBucketKeys bounds the token buckets kept, of machines and of
+	// sources each.
+	maxBucketKeys            = 1 << 16
 	DefaultRetryAfter        = time.Second
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultIdleTimeout       = 90 * time.Second
 )
 
+func orDefault[T int | float64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
 func (l Limits) withDefaults(cpus int) Limits {
-	if l.Rate <= 0 {
-		l.Rate = DefaultRate
-	}
-	if l.Burst <= 0 {
-		l.Burst = DefaultBurst
-	}
-	if l.EnrollRate <= 0 {
-		l.EnrollRate = DefaultEnrollRate
-	}
-	if l.EnrollBurst <= 0 {
-		l.EnrollBurst = DefaultEnrollBurst
-	}
-	if l.MaxHandshakes <= 0 {
-		l.MaxHandshakes = 64 * cpus
-	}
-	if l.MaxActive <= 0 {
-		l.MaxActive = 256 * cpus
-	}
-	if l.RetryAfter <= 0 {
-		l.RetryAfter = DefaultRetryAfter
-	}
-	if l.ReadHeaderTimeout <= 0 {
-		l.ReadHeaderTimeout = DefaultReadHeaderTimeout
-	}
-	if l.IdleTimeout <= 0 {
-		l.IdleTimeout = DefaultIdleTimeout
-	}
+	orDefault(&l.Rate, DefaultRate)
+	orDefault(&l.Burst, DefaultBurst)
+	orDefault(&l.EnrollRate, DefaultEnrollRate)
+	orDefault(&l.EnrollBurst, DefaultEnrollBurst)
+	orDefault(&l.MaxHandshakes, 64*cpus)
+	orDefault(&l.HandshakeTimeout, DefaultHandshakeTimeout)
+	orDefault(&l.MaxUntrusted, DefaultMaxUntrusted)
+	orDefault(&l.MaxUntrustedPerSource, DefaultMaxUntrustedPerSource)
+	orDefault(&l.MaxActive, 256*cpus)
+	orDefault(&l.MaxAnonActive, 32*cpus)
+	orDefault(&l.BodyTimeoutMin, DefaultBodyTimeoutMin)
+	orDefault(&l.BodyRate, DefaultBodyRate)
+	orDefault(&l.BodyTimeoutMax, DefaultBodyTimeoutMax)
+	orDefault(&l.MaxAdminActive, DefaultMaxAdminActive)
+	orDefault(&l.AdminFailDelay, DefaultAdminFailDelay)
+	orDefault(&l.AdminFailMax, DefaultAdminFailMax)
+	orDefault(&l.MaxAdminSources, DefaultMaxAdminSources)
+	orDefault(&l.RetryAfter, DefaultRetryAfter)
+	orDefault(&l.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	orDefault(&l.IdleTimeout, DefaultIdleTimeout)
 	return l
+}
+
+// bodyTimeout is how long an unauthenticated request of n declared bytes
+// (-1: unknown) may take to send its body.
+func (l Limits) bodyTimeout(n int64) time.Duration {
+	if n < 0 {
+		return l.BodyTimeoutMax
+	}
+	d := l.BodyTimeoutMin + time.Duration(float64(n)/float64(l.BodyRate)*float64(time.Second))
+	return min(d, l.BodyTimeoutMax)
+}
+
+// jittered is a Retry-After of at least base and up to five times it.
+func jittered(base time.Duration) time.Duration {
+	return base + rand.N(base*4+1)
+}
+
+// sourceKey is what per-source bounds key on: the IP address of addr
+// (host:port), or its /64 for IPv6, since one party usually holds a whole
+// /64 and could otherwise pass any per-address bound. IPv4 mapped into
+// IPv6 counts as IPv4.
+func sourceKey(addr string) string {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return addr
+		}
+		ip, err := netip.ParseAddr(host)
+		if err != nil {
+			return host
+		}
+		ap = netip.AddrPortFrom(ip, 0)
+	}
+	ip := ap.Addr().Unmap().WithZone("")
+	if ip.Is4() {
+		return ip.String()
+	}
+	p, _ := ip.Prefix(64)
+	return p.String()
+}
+
+// sources counts what each source holds against a bound per source and
+// one in all. An entry lives while its source holds something, so the
+// table never has more entries than total.
+type sources struct {
+	perSource, total int
+
+	// mu guards the following fields.
+	mu sync.Mutex
+	m  map[string]int
+	n  int
+}
+
+func newSources(perSource, total int) *sources {
+	return &sources{perSource: perSource, total: total, m: make(map[string]int)}
+}
+
+// acquire takes one for key, unless key or all sources hold their bound.
+func (s *sources) acquire(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n >= s.total || s.m[key] >= s.perSource {
+		return false
+	}
+	s.m[key]++
+	s.n++
+	return true
+}
+
+// release gives one of key's back.
+func (s *sources) release(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m[key] <= 1 {
+		delete(s.m, key)
+	} else {
+		s.m[key]--
+	}
+	s.n--
+}
+
+func (s *sources) len() (entries, held int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m), s.n
 }
 
 // buckets is a token bucket per key. Full buckets are forgotten, so memory
@@ -90,6 +227,10 @@ type buckets struct {
 	clk   clock.Clock
 	rate  float64
 	burst float64
+	// max bounds the keys kept: past it, full buckets are swept at once,
+	// and if none is full one key is forgotten (its bucket starts full
+	// again), so many sources cost memory no more than max keys.
+	max int
 
 	// mu guards the following fields.
 	mu    sync.Mutex
@@ -102,8 +243,8 @@ type bucket struct {
 	at     time.Time
 }
 
-func newBuckets(clk clock.Clock, rate float64, burst int) *buckets {
-	return &buckets{clk: clk, rate: rate, burst: float64(burst), m: make(map[string]*bucket)}
+func newBuckets(clk clock.Clock, rate float64, burst, max int) *buckets {
+	return &buckets{clk: clk, rate: rate, burst: float64(burst), max: max, m: make(map[string]*bucket)}
 }
 
 // take takes a token of key's bucket, or says how long until one is there.
@@ -116,6 +257,15 @@ func (b *buckets) take(key string) (ok bool, wait time.Duration) {
 	}
 	k := b.m[key]
 	if k == nil {
+		if len(b.m) >= b.max {
+			b.sweepLocked(now)
+			for other := range b.m {
+				if len(b.m) < b.max {
+					break
+				}
+				delete(b.m, other)
+			}
+		}
 		k = &bucket{tokens: b.burst, at: now}
 		b.m[key] = k
 	}
@@ -142,28 +292,85 @@ func retryAfterHeader(w http.ResponseWriter, d time.Duration) {
 	w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(max(d, time.Second).Seconds())), 10))
 }
 
-// countingListener hands out conns that account for their TLS handshake:
-// the slot taken at the ClientHello is given back when the handshake is
-// verified or the conn closes, whichever comes first.
+// countingListener hands out conns that account for what they hold until
+// a client certificate vouches for them: a handshake slot from the
+// ClientHello to the handshake's end, and their source's share of
+// untrusted connections from the accept to the handshake's end with a
+// verified certificate (or to the close, for anonymous ones). A source
+// over its share is closed at accept, before it costs a goroutine or a
+// byte of TLS: nothing can be said to a peer that has not spoken TLS yet.
 type countingListener struct {
 	net.Listener
 	handshakes *atomic.Int64
+	untrusted  *sources
+	timeout    time.Duration
+	anonLife   time.Duration
+	refused    *atomic.Int64
 }
 
 func (l *countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		key := sourceKey(c.RemoteAddr().String())
+		if !l.untrusted.acquire(key) {
+			l.refused.Add(1)
+			c.Close()
+			continue
+		}
+		cc := &countedConn{Conn: c, handshakes: l.handshakes, sources: l.untrusted, key: key,
+			handshakeBy: time.Now().Add(l.timeout), anonLife: l.anonLife}
+		cc.holdsSource.Store(true)
+		c.SetDeadline(cc.handshakeBy)
+		return cc, nil
 	}
-	return &countedConn{Conn: c, handshakes: l.handshakes}, nil
 }
 
 type countedConn struct {
 	net.Conn
 	handshakes *atomic.Int64
 	inFlight   atomic.Bool
+	spoke      atomic.Bool
+	// spokeOnce is set once the hub sent its handshake flight, and heard
+	// when the peer answered it: a handshake that fails after that (a
+	// certificate from another CA, expired) is refused with an alert.
+	spokeOnce atomic.Bool
+	heard     atomic.Bool
 	// refused is set when VerifyConnection refused the peer.
 	refused atomic.Bool
+
+	sources     *sources
+	key         string
+	holdsSource atomic.Bool
+	// handshakeBy is when an unfinished handshake is cut: every deadline
+	// set before the handshake ends is held to it (the HTTP server sets
+	// its own, longer one). handshook is set when it ended.
+	handshakeBy time.Time
+	handshook   atomic.Bool
+	anonLife    time.Duration
+	// served is set when an anonymous request came over the conn, and
+	// idleBy (Unix nanoseconds) is when an anonymous conn is cut: the end
+	// of its life, or a second after it went idle once served.
+	served atomic.Bool
+	idleBy atomic.Int64
+}
+
+// anonLinger is how long an anonymous connection may stay open once it is
+// idle after a request: an enrolment or renewal by token is one request,
+// and an idle anonymous connection would hold its source's share.
+const anonLinger = time.Second
+
+// idle cuts an anonymous connection that served its request and now
+// waits: its next read ends within anonLinger.
+func (c *countedConn) idle() {
+	by := time.Now().Add(anonLinger)
+	if n := c.idleBy.Load(); n != 0 && n < by.UnixNano() {
+		by = time.Unix(0, n)
+	}
+	c.idleBy.Store(by.UnixNano())
+	c.Conn.SetReadDeadline(by)
 }
 
 // begin takes a handshake slot unless max are taken.
@@ -176,11 +383,86 @@ func (c *countedConn) begin(limit int) bool {
 	return true
 }
 
+// Write notes that the hub has spoken: once its handshake flight is out,
+// the next read waits on the peer.
+func (c *countedConn) Write(b []byte) (int, error) {
+	if c.inFlight.Load() {
+		c.spoke.Store(true)
+		c.spokeOnce.Store(true)
+	}
+	return c.Conn.Write(b)
+}
+
+// Read gives the handshake slot back when the hub waits on the peer after
+// its own flight: the slot bounds the hub's cryptography in flight, and a
+// silent peer costs none of it. What waits is bounded per source, in all
+// and by the handshake deadline.
+func (c *countedConn) Read(b []byte) (int, error) {
+	if c.spoke.Load() {
+		c.end()
+	}
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.spokeOnce.Load() && !c.handshook.Load() {
+		c.heard.Store(true)
+	}
+	return n, err
+}
+
 // end gives the slot back, once.
 func (c *countedConn) end() {
 	if c.inFlight.CompareAndSwap(true, false) {
 		c.handshakes.Add(-1)
+		c.spoke.Store(false)
 	}
+}
+
+// vouched ends the handshake; with a verified client certificate the
+// conn no longer counts against its source. Without one it may live
+// anonLife at most, however it is used.
+func (c *countedConn) vouched(withCert bool) {
+	if withCert {
+		c.handshook.Store(true)
+		c.releaseSource()
+		return
+	}
+	c.idleBy.Store(time.Now().Add(c.anonLife).UnixNano())
+	c.handshook.Store(true)
+}
+
+func (c *countedConn) releaseSource() {
+	if c.holdsSource.CompareAndSwap(true, false) {
+		c.sources.release(c.key)
+	}
+}
+
+func (c *countedConn) clamp(t time.Time) time.Time {
+	by := c.handshakeBy
+	if c.handshook.Load() {
+		n := c.idleBy.Load()
+		if n == 0 {
+			return t
+		}
+		by = time.Unix(0, n)
+	}
+	if t.IsZero() || t.After(by) {
+		return by
+	}
+	return t
+}
+
+// countedOf is the countedConn under a server-side conn, if any.
+func countedOf(c net.Conn) *countedConn {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	cc, _ := c.(*countedConn)
+	return cc
+}
+
+func (c *countedConn) SetDeadline(t time.Time) error     { return c.Conn.SetDeadline(c.clamp(t)) }
+func (c *countedConn) SetReadDeadline(t time.Time) error { return c.Conn.SetReadDeadline(c.clamp(t)) }
+func (c *countedConn) SetWriteDeadline(t time.Time) error {
+	return c.Conn.SetWriteDeadline(c.clamp(t))
 }
 
 // lingerRefused is how long a refused connection is drained before it is
@@ -190,9 +472,10 @@ const lingerRefused = time.Second
 // Close closes the conn. After a refused handshake it first half-closes and
 // reads what the agent already sent, for up to a second: closing with
 // unread data would reset the connection, and the reset can overtake the
-// TLS alert that tells the agent why it was refused.
+// TLS alert that tells the agent why it was refused. A peer that never
+// answered the hub's flight gets no such courtesy: it is cut.
 func (c *countedConn) Close() error {
-	if c.inFlight.Load() || c.refused.Load() {
+	if c.inFlight.Load() || c.refused.Load() || (c.heard.Load() && !c.handshook.Load()) {
 		if tc, ok := c.Conn.(*net.TCPConn); ok {
 			tc.CloseWrite()
 			tc.SetReadDeadline(time.Now().Add(lingerRefused))
@@ -200,5 +483,6 @@ func (c *countedConn) Close() error {
 		}
 	}
 	c.end()
+	c.releaseSource()
 	return c.Conn.Close()
 }

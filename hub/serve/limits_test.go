@@ -3,12 +3,14 @@ package serve
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,7 +22,7 @@ import (
 
 func TestBucketsRefillAndForget(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
-	b := newBuckets(clk, 5, 20)
+	b := newBuckets(clk, 5, 20, 100)
 	for i := range 20 {
 		if ok, _ := b.take("m-1"); !ok {
 			t.Fatalf("request %d of the burst refused", i)
@@ -71,26 +73,46 @@ func testServer(t *testing.T, lim Limits) *Server {
 	return NewServer(Config{Hub: h, CA: authority, Certificate: cert, Logger: log, Limits: lim})
 }
 
-// Past MaxActive busy requests the hub answers 503 with a jittered
-// Retry-After; waiting polls do not count.
+// Past MaxActive busy requests of machines, or MaxAnonActive of callers
+// without a certificate, the hub answers 503 with a jittered Retry-After;
+// each kind has its own budget, and waiting polls do not count.
 func TestShedsLoadWith503(t *testing.T) {
-	s := testServer(t, Limits{MaxActive: 2, RetryAfter: time.Second})
+	s := testServer(t, Limits{MaxActive: 2, MaxAnonActive: 3, RetryAfter: time.Second})
 	h := s.srv.Handler
-	s.inflight.Store(2)
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/agent/v1/sync", nil))
-	if w.Code != http.StatusServiceUnavailable {
-		t.Fatalf("got %d, want 503", w.Code)
+	machine := func() *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/agent/v1/sync", nil)
+		r.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{{}}}}
+		return r
 	}
-	ra, err := strconv.Atoi(w.Header().Get("Retry-After"))
-	if err != nil || ra < 1 || ra > 5 {
-		t.Errorf("Retry-After %q, want 1 to 5 seconds", w.Header().Get("Retry-After"))
-	}
-	s.inflight.Store(0)
-	w = httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/agent/v1/sync", nil))
-	if w.Code != http.StatusUnauthorized {
-		t.Errorf("under the limit: got %d, want 401 (no certificate)", w.Code)
+	anon := func() *http.Request { return httptest.NewRequest(http.MethodPost, "/agent/v1/sync", nil) }
+	for _, tc := range []struct {
+		name            string
+		req             func() *http.Request
+		budget, another *atomic.Int64
+		limit           int64
+	}{
+		{"machine", machine, &s.inflight, &s.anonymous, 2},
+		{"anonymous", anon, &s.anonymous, &s.inflight, 3},
+	} {
+		// Another kind's full budget does not hold this one back.
+		tc.another.Store(100)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, tc.req())
+		if w.Code == http.StatusServiceUnavailable {
+			t.Errorf("%s: 503 while only another kind's budget is full", tc.name)
+		}
+		tc.another.Store(0)
+		tc.budget.Store(tc.limit)
+		w = httptest.NewRecorder()
+		h.ServeHTTP(w, tc.req())
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("%s: got %d, want 503", tc.name, w.Code)
+		}
+		ra, err := strconv.Atoi(w.Header().Get("Retry-After"))
+		if err != nil || ra < 1 || ra > 5 {
+			t.Errorf("%s: Retry-After %q, want 1 to 5 seconds", tc.name, w.Header().Get("Retry-After"))
+		}
+		tc.budget.Store(0)
 	}
 }
 
@@ -152,5 +174,85 @@ func TestCertNames(t *testing.T) {
 	}
 	if got := agentURL(ln, names); got != "https://"+ln.Addr().String() {
 		t.Errorf("agent URL %s", got)
+	}
+}
+
+// The buckets keep at most their bound of keys, however many sources
+// come within a minute.
+func TestBucketsAreBounded(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
+	b := newBuckets(clk, 1, 10, 50)
+	for i := range 1000 {
+		b.take(strconv.Itoa(i))
+		b.take(strconv.Itoa(i)) // not full, so not swept
+	}
+	b.mu.Lock()
+	n := len(b.m)
+	b.mu.Unlock()
+	if n > 50 {
+		t.Fatalf("%d keys kept, want at most 50", n)
+	}
+}
+
+// Per-source bounds key on the address for IPv4 and on the /64 for IPv6,
+// so one party holding a /64 counts once.
+func TestSourceKey(t *testing.T) {
+	for _, tc := range []struct{ addr, want string }{
+		{"192.0.2.7:443", "192.0.2.7"},
+		{"[::ffff:192.0.2.7]:443", "192.0.2.7"},
+		{"[2001:db8:1:2:aaaa::1]:5000", "2001:db8:1:2::/64"},
+		{"[2001:db8:1:2:ffff:ffff:ffff:ffff]:1", "2001:db8:1:2::/64"},
+		{"[2001:db8:1:3::1]:1", "2001:db8:1:3::/64"},
+		{"[fe80::1%eth0]:1", "fe80::/64"},
+		{"not an address", "not an address"},
+	} {
+		if got := sourceKey(tc.addr); got != tc.want {
+			t.Errorf("sourceKey(%q) = %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+}
+
+// The table of sources never holds more than its total, however many
+// sources try, and each source is held to its share.
+func TestSourcesTableIsBounded(t *testing.T) {
+	s := newSources(2, 5)
+	took := 0
+	for i := range 1000 {
+		if s.acquire(strconv.Itoa(i % 500)) {
+			took++
+		}
+	}
+	if n, held := s.len(); took != 5 || n > 5 || held != 5 {
+		t.Fatalf("took %d, table of %d entries holding %d; want 5 of at most 5", took, n, held)
+	}
+	s = newSources(2, 100)
+	for range 3 {
+		s.acquire("a")
+	}
+	if _, held := s.len(); held != 2 {
+		t.Errorf("one source holds %d, want its share of 2", held)
+	}
+	s.release("a")
+	s.release("a")
+	if n, held := s.len(); n != 0 || held != 0 {
+		t.Errorf("after release: %d entries holding %d, want none", n, held)
+	}
+}
+
+// An unauthenticated body's deadline grows with its declared size, from a
+// floor to a cap.
+func TestBodyTimeout(t *testing.T) {
+	l := Limits{}.withDefaults(1)
+	if got := l.bodyTimeout(0); got != DefaultBodyTimeoutMin {
+		t.Errorf("empty body: %s", got)
+	}
+	if got := l.bodyTimeout(16 << 10); got != DefaultBodyTimeoutMin+2*time.Second {
+		t.Errorf("16 KiB: %s, want the floor plus 2 s at 8 KiB/s", got)
+	}
+	if got := l.bodyTimeout(1 << 30); got != DefaultBodyTimeoutMax {
+		t.Errorf("1 GiB: %s, want the cap", got)
+	}
+	if got := l.bodyTimeout(-1); got != DefaultBodyTimeoutMax {
+		t.Errorf("unknown length: %s, want the cap", got)
 	}
 }

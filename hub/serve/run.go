@@ -3,12 +3,15 @@ package serve
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +20,9 @@ import (
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/ca"
+	"einsora.dev/edge/hub/dashboard"
+	"einsora.dev/edge/hub/httpapi"
+	"einsora.dev/edge/hub/metrics"
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/hub/store/postgres"
 	"einsora.dev/edge/hub/store/sqlite"
@@ -31,7 +37,14 @@ type Options struct {
 	Store     string
 	Listen    string
 	AdminAddr string
-	Region    string
+	// AdminTLSCert and AdminTLSKey are PEM files the admin API serves
+	// HTTPS with. Without them it serves plain HTTP, which Run refuses
+	// beyond loopback unless AdminInsecure says the operator accepts the
+	// admin token crossing the network in cleartext.
+	AdminTLSCert  string
+	AdminTLSKey   string
+	AdminInsecure bool
+	Region        string
 	// Names are the host names and addresses agents dial the hub by; the
 	// server certificate holds them, the host name and DefaultNames.
 	Names   []string
@@ -45,6 +58,8 @@ type Options struct {
 	Limits Limits
 	// Ready, if set, is called once both APIs listen.
 	Ready func(adminURL, agentURL string)
+	// Version is the hub's, for the dashboard and build info.
+	Version string
 }
 
 // Run runs a networked hub until ctx is done, then drains: waiting agents
@@ -62,8 +77,12 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
-		return errorf("data dir: %w", err)
+	adminTLS, err := adminTLSConfig(opts)
+	if err != nil {
+		return err
+	}
+	if err := privateDir(opts.DataDir, log); err != nil {
+		return err
 	}
 	token, err := hub.LoadOrCreateAdminToken(opts.DataDir)
 	if err != nil {
@@ -82,12 +101,15 @@ func Run(ctx context.Context, opts Options) error {
 		return errorf("%w", err)
 	}
 	defer st.Close()
+	m := metrics.New(metrics.Options{Region: cmp.Or(opts.Region, "local"), Version: opts.Version})
 	hcfg := opts.Hub
-	hcfg.Store, hcfg.CA, hcfg.Region, hcfg.Logger, hcfg.Clock = st, authority, opts.Region, log, clk
+	hcfg.Store, hcfg.CA, hcfg.Region, hcfg.Logger, hcfg.Clock = timeStore(st, m, clk), authority, opts.Region, log, clk
 	h, err := hub.New(ctx, hcfg)
 	if err != nil {
 		return errorf("%w", err)
 	}
+	m.Watch(h)
+	health := &Health{Store: st, Leader: h, Lease: "controller:" + cmp.Or(opts.Region, "local"), Clock: clk}
 
 	adminLn, err := net.Listen("tcp", opts.AdminAddr)
 	if err != nil {
@@ -95,7 +117,11 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer adminLn.Close()
 	if host, _, _ := net.SplitHostPort(adminLn.Addr().String()); !net.ParseIP(host).IsLoopback() {
-		log.Warn("the admin API listens beyond loopback; anyone who reaches it with the admin token administers the hub", "admin", adminLn.Addr())
+		if adminTLS == nil && !opts.AdminInsecure {
+			return errorf("--admin %s listens beyond loopback, where the admin token would cross the network in cleartext: give --admin-tls-cert and --admin-tls-key, or --admin-insecure to accept that", opts.AdminAddr)
+		}
+		log.Warn("the admin API listens beyond loopback; anyone who reaches it with the admin token administers the hub",
+			"admin", adminLn.Addr(), "tls", adminTLS != nil)
 	}
 	agentLn, err := Listen(ctx, opts.Listen)
 	if err != nil {
@@ -110,12 +136,33 @@ func Run(ctx context.Context, opts Options) error {
 	srv := NewServer(Config{
 		Hub: h, CA: authority, Certificate: cert, Clock: clk, Logger: log,
 		PollTimeout: opts.Hub.PollTimeout, DrainTo: opts.DrainTo, Limits: opts.Limits,
+		Metrics: m, Readyz: health.Readyz,
 	})
-	admin := &http.Server{Handler: h.AdminHandler(token), ReadHeaderTimeout: 10 * time.Second}
+	lim := opts.Limits.withDefaults(runtime.GOMAXPROCS(0))
+	admin := &http.Server{
+		Handler:           nil, // set below, with the dashboard,
+		ReadHeaderTimeout: lim.ReadHeaderTimeout,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       lim.IdleTimeout,
+		MaxHeaderBytes:    16 << 10,
+		TLSConfig:         adminTLS,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
 	adminURL := "http://" + adminLn.Addr().String()
+	if adminTLS != nil {
+		adminURL = "https://" + adminLn.Addr().String()
+		adminLn = tls.NewListener(adminLn, adminTLS)
+	}
 	agentsURL := agentURL(agentLn, names)
+	dash := dashboard.New(dashboard.Config{Hub: revokeCounter{Hub: h, m: m}, AdminToken: token, AgentURL: agentsURL,
+		Version: opts.Version, Clock: clk, Logger: log})
+	// The admin API has its own budget and wrong-token throttle; the
+	// dashboard answers its own sign-in.
+	api := guardAdmin(countRevocations(m, httpapi.New(h, clk, log).AdminHandler(token)), lim, clk)
+	admin.Handler = adminMux(api, dash, m.Handler(), health)
 	fp := authority.Fingerprint()
-	log.Info("hub serving", "admin", adminURL, "agents", agentsURL, "region", cmp.Or(opts.Region, "local"), "data", opts.DataDir,
+	log.Info("hub serving", "admin", adminURL, "dashboard", adminURL+dashboard.Prefix, "agents", agentsURL, "region", cmp.Or(opts.Region, "local"), "data", opts.DataDir,
 		"ca_fingerprint", strings.ToLower(encodeFP(fp[:])), "names", names)
 	if opts.Ready != nil {
 		opts.Ready(adminURL, agentsURL)
@@ -213,6 +260,40 @@ func encodeFP(b []byte) string {
 		sb.WriteByte(hexdigits[c&15])
 	}
 	return sb.String()
+}
+
+// adminTLSConfig loads the admin API's certificate, if it has one.
+func adminTLSConfig(opts Options) (*tls.Config, error) {
+	if opts.AdminTLSCert == "" && opts.AdminTLSKey == "" {
+		return nil, nil
+	}
+	if opts.AdminTLSCert == "" || opts.AdminTLSKey == "" {
+		return nil, errorf("give both --admin-tls-cert and --admin-tls-key, or neither")
+	}
+	cert, err := tls.LoadX509KeyPair(opts.AdminTLSCert, opts.AdminTLSKey)
+	if err != nil {
+		return nil, errorf("admin TLS: %w (want PEM files of a certificate and its key)", err)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}, nil
+}
+
+// privateDir makes the data directory, or narrows an existing one, to its
+// owner alone: it holds the CA's key, the admin token and the store.
+func privateDir(dir string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return errorf("data dir: %w", err)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return errorf("data dir: %w", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return errorf("data dir %s is open to others (mode %o) and could not be narrowed: %w", dir, st.Mode().Perm(), err)
+		}
+		log.Warn("narrowed the data directory to its owner", "data", dir, "was", fmt.Sprintf("%o", st.Mode().Perm()))
+	}
+	return nil
 }
 
 // openStore opens SQLite in the data directory, or PostgreSQL, through which

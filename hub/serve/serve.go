@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"runtime"
@@ -23,6 +22,8 @@ import (
 	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/adminapi"
 	"einsora.dev/edge/hub/ca"
+	"einsora.dev/edge/hub/httpapi"
+	"einsora.dev/edge/hub/metrics"
 	"einsora.dev/edge/protocol"
 )
 
@@ -58,12 +59,18 @@ type Config struct {
 	// this address, once it is up again.
 	DrainTo string
 	Limits  Limits
+	// Metrics, if set, counts syncs, enrolments, renewals and handshakes.
+	Metrics *metrics.Hub
+	// Readyz, if set, answers /readyz without a client certificate, for
+	// load balancers.
+	Readyz http.HandlerFunc
 }
 
 // Server serves the agents' API. Create it with NewServer, run it with
 // Serve, stop it with Drain or Close.
 type Server struct {
 	hub    *hub.Hub
+	api    *httpapi.API
 	ca     *ca.CA
 	clk    clock.Clock
 	log    *slog.Logger
@@ -73,10 +80,14 @@ type Server struct {
 	// drainTo is immutable.
 	drainTo string
 
+	metrics    *metrics.Hub
 	machines   *buckets
 	enrollers  *buckets
+	untrusted  *sources
 	handshakes atomic.Int64
 	inflight   atomic.Int64
+	anonymous  atomic.Int64
+	refused    atomic.Int64
 
 	// mu guards the following fields.
 	mu       sync.Mutex
@@ -85,6 +96,8 @@ type Server struct {
 }
 
 type pollEntry struct{ cancel context.CancelFunc }
+
+type connKey struct{}
 
 // NewServer returns a server of cfg.Hub's agents.
 func NewServer(cfg Config) *Server {
@@ -100,11 +113,13 @@ func NewServer(cfg Config) *Server {
 	lim := cfg.Limits.withDefaults(runtime.GOMAXPROCS(0))
 	s := &Server{
 		hub: cfg.Hub, ca: cfg.CA, clk: cfg.Clock, log: cfg.Logger.With("component", "agent-api"),
-		limits: lim, drainTo: cfg.DrainTo,
-		machines:  newBuckets(cfg.Clock, lim.Rate, lim.Burst),
-		enrollers: newBuckets(cfg.Clock, lim.EnrollRate, lim.EnrollBurst),
+		limits: lim, drainTo: cfg.DrainTo, metrics: cfg.Metrics,
+		machines:  newBuckets(cfg.Clock, lim.Rate, lim.Burst, maxBucketKeys),
+		enrollers: newBuckets(cfg.Clock, lim.EnrollRate, lim.EnrollBurst, maxBucketKeys),
+		untrusted: newSources(lim.MaxUntrustedPerSource, lim.MaxUntrusted),
 		polls:     make(map[*pollEntry]struct{}),
 	}
+	s.api = httpapi.New(cfg.Hub, cfg.Clock, cfg.Logger)
 	s.base = &tls.Config{
 		MinVersion:       tls.VersionTLS13,
 		Certificates:     []tls.Certificate{cfg.Certificate},
@@ -115,10 +130,13 @@ func NewServer(cfg Config) *Server {
 		Time:             cfg.Clock.Now,
 	}
 	mux := http.NewServeMux()
-	identify := cfg.Hub.IdentifyClientCert
-	mux.Handle(protocol.SyncPath, s.limitMachine(s.drainable(cfg.Hub.SyncHandler(identify))))
-	mux.Handle(protocol.RenewPath, s.limitMachine(cfg.Hub.RenewHandler(identify)))
-	mux.Handle(protocol.EnrollPath, s.limitEnroll(cfg.Hub.EnrollHandler()))
+	identify := s.api.IdentifyClientCert
+	mux.Handle(protocol.SyncPath, counted(s.metrics.SyncResult, s.limitMachine(s.drainable(s.api.SyncHandler(identify)))))
+	mux.Handle(protocol.RenewPath, counted(s.metrics.Renewal, s.limitMachine(s.api.RenewHandler(identify))))
+	mux.Handle(protocol.EnrollPath, counted(s.metrics.Enrolment, s.api.EnrollHandler()))
+	if cfg.Readyz != nil {
+		mux.HandleFunc("GET /readyz", cfg.Readyz)
+	}
 	s.srv = &http.Server{
 		Handler:           s.shed(mux),
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,
@@ -136,6 +154,19 @@ func NewServer(cfg Config) *Server {
 		// Refused handshakes are the agents' business, not the
 		// operator's: they show at debug level.
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	// Each request can find its conn, to mark an anonymous one served;
+	// once idle after that, it is cut (see countedConn.idle).
+	s.srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		return context.WithValue(ctx, connKey{}, c)
+	}
+	s.srv.ConnState = func(c net.Conn, st http.ConnState) {
+		if st != http.StateIdle {
+			return
+		}
+		if cc := countedOf(c); cc != nil && cc.served.Load() && cc.holdsSource.Load() {
+			cc.idle()
+		}
 	}
 	s.srv.TLSConfig = &tls.Config{GetConfigForClient: s.configForClient, NextProtos: s.base.NextProtos}
 	return s
@@ -157,7 +188,12 @@ func Listen(ctx context.Context, addr string) (net.Listener, error) {
 
 // Serve serves agents on ln until Drain or Close; then it returns nil.
 func (s *Server) Serve(ln net.Listener) error {
-	err := s.srv.ServeTLS(&countingListener{Listener: ln, handshakes: &s.handshakes}, "", "")
+	err := s.srv.ServeTLS(&countingListener{
+		Listener: ln, handshakes: &s.handshakes, untrusted: s.untrusted,
+		timeout: s.limits.HandshakeTimeout, refused: &s.refused,
+		// Time for one request's header and its longest body.
+		anonLife: s.limits.ReadHeaderTimeout + s.limits.BodyTimeoutMax,
+	}, "", "")
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -171,7 +207,9 @@ func (s *Server) configForClient(hello *tls.ClientHelloInfo) (*tls.Config, error
 	if !ok {
 		return s.base, nil
 	}
+	s.metrics.TLSHandshake()
 	if !c.begin(s.limits.MaxHandshakes) {
+		s.metrics.TLSRefused(metrics.CauseShed)
 		return nil, errors.New("too many handshakes in flight; shedding load")
 	}
 	cfg := s.base.Clone()
@@ -180,8 +218,11 @@ func (s *Server) configForClient(hello *tls.ClientHelloInfo) (*tls.Config, error
 		err := s.verifyConnection(cs)
 		if err != nil {
 			c.refused.Store(true)
+			s.metrics.TLSRefused(metrics.CauseCertificate)
+			return err
 		}
-		return err
+		c.vouched(len(cs.PeerCertificates) > 0)
+		return nil
 	}
 	return cfg, nil
 }
@@ -212,26 +253,61 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	json.NewEncoder(w).Encode(adminapi.Error{Error: msg})
 }
 
-// shed answers 503 with Retry-After when more requests are busy than
-// MaxActive; waiting long polls do not count.
+// shed keeps each kind of caller to its own budget of requests in flight:
+// enrolled machines (a verified client certificate) to MaxActive, not
+// counting waiting long polls; unauthenticated callers to MaxAnonActive,
+// each source to its token bucket, and each body to a deadline for its
+// size. Past a budget, 503 with a jittered Retry-After.
 func (s *Server) shed(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := s.inflight.Add(1)
-		defer s.inflight.Add(-1)
-		if n-int64(s.hub.WaitingPolls()) > int64(s.limits.MaxActive) {
-			ra := s.limits.RetryAfter + rand.N(s.limits.RetryAfter*4+1)
-			retryAfterHeader(w, ra)
-			writeError(w, http.StatusServiceUnavailable, "the hub is busy; the agent retries after Retry-After")
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+			n := s.inflight.Add(1)
+			defer s.inflight.Add(-1)
+			if n-int64(s.hub.WaitingPolls()) > int64(s.limits.MaxActive) {
+				s.busy(w, r)
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		// Served, even if refused: the conn is cut once idle.
+		if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+			if cc := countedOf(c); cc != nil {
+				cc.served.Store(true)
+			}
+		}
+		if ok, wait := s.enrollers.take(sourceKey(r.RemoteAddr)); !ok {
+			retryAfterHeader(w, wait)
+			writeError(w, http.StatusTooManyRequests, "too many requests from this address; try again after Retry-After")
+			return
+		}
+		// The server's ReadTimeout is for agents' long bodies; a peer
+		// without a certificate gets only what its declared size needs.
+		http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.limits.bodyTimeout(r.ContentLength)))
+		n := s.anonymous.Add(1)
+		defer s.anonymous.Add(-1)
+		if n > int64(s.limits.MaxAnonActive) {
+			s.busy(w, r)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
+func (s *Server) busy(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 && r.ContentLength != 0 {
+		// Otherwise HTTP/1.1 reads the unread body before it answers,
+		// and a trickled body would hold the answer back.
+		w.Header().Set("Connection", "close")
+	}
+	retryAfterHeader(w, jittered(s.limits.RetryAfter))
+	writeError(w, http.StatusServiceUnavailable, "the hub is busy; try again after Retry-After")
+}
+
 // limitMachine holds each machine to its token bucket.
 func (s *Server) limitMachine(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := s.hub.IdentifyClientCert(r)
+		id, err := s.api.IdentifyClientCert(r)
 		if err == nil {
 			if ok, wait := s.machines.take(id); !ok {
 				retryAfterHeader(w, wait)
@@ -240,22 +316,6 @@ func (s *Server) limitMachine(next http.Handler) http.Handler {
 			}
 		}
 		next.ServeHTTP(w, r) // which answers 401 without a certificate
-	})
-}
-
-// limitEnroll holds each remote address to its token bucket.
-func (s *Server) limitEnroll(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host, _, err := net.SplitHostPort(r.RemoteAddr)
-		if err != nil {
-			host = r.RemoteAddr
-		}
-		if ok, wait := s.enrollers.take(host); !ok {
-			retryAfterHeader(w, wait)
-			writeError(w, http.StatusTooManyRequests, "too many enrolments from this address; try again after Retry-After")
-			return
-		}
-		next.ServeHTTP(w, r)
 	})
 }
 
@@ -344,12 +404,20 @@ func (s *Server) Close() error { return s.srv.Close() }
 // Stats are the server's gauges, for tests and operators.
 type Stats struct {
 	Handshakes int64 // TLS handshakes in flight
-	Requests   int64 // requests in flight, waiting polls included
+	Requests   int64 // machines' requests in flight, waiting polls included
+	Anonymous  int64 // unauthenticated requests in flight
+	Untrusted  int64 // connections no certificate vouches for yet
+	Sources    int   // sources holding untrusted connections
+	Refused    int64 // connections closed at accept, since the start
 }
 
 // Stats returns the gauges now.
 func (s *Server) Stats() Stats {
-	return Stats{Handshakes: s.handshakes.Load(), Requests: s.inflight.Load()}
+	n, held := s.untrusted.len()
+	return Stats{
+		Handshakes: s.handshakes.Load(), Requests: s.inflight.Load(), Anonymous: s.anonymous.Load(),
+		Untrusted: int64(held), Sources: n, Refused: s.refused.Load(),
+	}
 }
 
 // DefaultNames are the names the server certificate holds besides the

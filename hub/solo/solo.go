@@ -18,6 +18,8 @@ import (
 	"einsora.dev/edge/agent"
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub"
+	"einsora.dev/edge/hub/dashboard"
+	"einsora.dev/edge/hub/httpapi"
 	"einsora.dev/edge/hub/store/sqlite"
 	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/inventory"
@@ -34,6 +36,9 @@ const (
 type Options struct {
 	DataDir   string
 	AdminAddr string
+	// AdminInsecure lets the admin API listen beyond loopback, its token
+	// crossing the network in cleartext; without it Run refuses.
+	AdminInsecure bool
 	// Drivers is a comma-separated list of drivers, or "auto" (see
 	// agent.BuildDrivers).
 	Drivers string
@@ -135,9 +140,18 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("solo: admin API: %w (is another hub running? pick another with --admin)", err)
 	}
-	srv := &http.Server{Handler: h.AdminHandler(token), ReadHeaderTimeout: 10 * time.Second}
+	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() && !opts.AdminInsecure {
+		ln.Close()
+		return fmt.Errorf("solo: --admin %s listens beyond loopback, where the admin token would cross the network in cleartext: keep it on loopback, or give --admin-insecure to accept that (einsora-hub serve offers TLS)", opts.AdminAddr)
+	}
+	// The dashboard too; solo has no agents' API, so its tokens page has
+	// no address to show.
+	mux := http.NewServeMux()
+	mux.Handle(dashboard.Prefix, dashboard.New(dashboard.Config{Hub: h, AdminToken: token, Version: opts.Version, Clock: clk, Logger: log}))
+	mux.Handle("/", httpapi.New(h, clk, log).AdminHandler(token))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	adminURL := "http://" + ln.Addr().String()
-	log.Info("solo hub running", "admin", adminURL, "data", opts.DataDir, "machine", machineID, "drivers", host.Names())
+	log.Info("solo hub running", "admin", adminURL, "dashboard", adminURL+dashboard.Prefix, "data", opts.DataDir, "machine", machineID, "drivers", host.Names())
 	if opts.Ready != nil {
 		opts.Ready(adminURL)
 	}
@@ -168,10 +182,20 @@ func Run(ctx context.Context, opts Options) error {
 	return errors.Join(all...)
 }
 
+// leader is the hub as runWhileLeading sees it.
+type leader interface {
+	Leadership() (leading bool, changed <-chan struct{})
+}
+
+// runner is the in-process agent as runWhileLeading sees it.
+type runner interface {
+	Run(ctx context.Context) error
+}
+
 // runWhileLeading runs the in-process agent only while this hub leads its
 // region: a hub that steps down stops its agent, so two hubs on one store
 // never run two agents for one machine.
-func runWhileLeading(ctx context.Context, h *hub.Hub, ag *agent.Agent, log *slog.Logger) error {
+func runWhileLeading(ctx context.Context, h leader, ag runner, log *slog.Logger) error {
 	for {
 		leading, changed := h.Leadership()
 		if !leading {

@@ -48,6 +48,9 @@ type Tx interface {
 	PutMachine(m Machine) error
 	Machine(id string) (Machine, error)
 	Machines() ([]Machine, error)
+	// MachinesAfter returns at most limit machines whose IDs sort after
+	// after ("" for the first), in ID order: one page of the fleet.
+	MachinesAfter(after string, limit int) ([]Machine, error)
 	// DeleteMachine removes the machine and its statuses; ErrNotFound if
 	// there is none.
 	DeleteMachine(id string) error
@@ -75,6 +78,8 @@ type Tx interface {
 
 	// CreateToken stores an enrolment token by its hash.
 	CreateToken(t Token) error
+	// Tokens returns the newest limit tokens, newest first.
+	Tokens(limit int) ([]Token, error)
 	// UseToken marks the token with this hash used and returns it. It
 	// returns ErrNotFound for an unknown hash and ErrUsed for a token used
 	// before; expiry is the caller's to check.

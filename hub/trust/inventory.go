@@ -5,9 +5,6 @@ package trust
 
 import (
 	"fmt"
-	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"einsora.dev/edge/protocol"
 )
@@ -238,7 +235,7 @@ func Sanitize(inv *protocol.Inventory) {
 		inv.GPUs[i].MemoryMB = clamp(inv.GPUs[i].MemoryMB, MaxGPUMemoryMB)
 		inv.GPUs[i].Cores = clamp(inv.GPUs[i].Cores, MaxGPUCores)
 	}
-	eachString(inv, func(_ string, s *string) { *s = cleanString(*s) })
+	eachString(inv, func(_ string, s *string) { *s = Text(*s, MaxString) })
 }
 
 func cut[T any](s []T, n int) []T {
@@ -249,33 +246,3 @@ func cut[T any](s []T, n int) []T {
 }
 
 func clamp(v, hi int) int { return min(max(v, 0), hi) }
-
-// cleanString drops control characters and invalid UTF-8 from s and cuts
-// it to MaxString bytes on a character boundary.
-func cleanString(s string) string {
-	clean := func(s string) bool {
-		for _, r := range s {
-			if r == utf8.RuneError || unicode.IsControl(r) {
-				return false
-			}
-		}
-		return true
-	}
-	if !clean(s) {
-		var b strings.Builder
-		for _, r := range s {
-			if r != utf8.RuneError && !unicode.IsControl(r) {
-				b.WriteRune(r)
-			}
-		}
-		s = b.String()
-	}
-	if len(s) <= MaxString {
-		return s
-	}
-	n := MaxString
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}

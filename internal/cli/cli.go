@@ -97,10 +97,14 @@ func DefaultHubDataDir() string {
 	return "einsora-hub-data"
 }
 
+// DarwinAgentStateDir is the agent's one state directory on macOS: enroll,
+// run, doctor, the launchd plist and the brew service all use it.
+const DarwinAgentStateDir = "/Library/Application Support/Einsora/agent"
+
 // DefaultAgentStateDir is the system agent's state directory.
 func DefaultAgentStateDir() string {
 	if runtime.GOOS == "darwin" {
-		return "/Library/Application Support/Einsora/agent"
+		return DarwinAgentStateDir
 	}
 	return "/var/lib/einsora-agent"
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
@@ -27,6 +28,9 @@ var _ store.Store = (*Store)(nil)
 
 // Open opens or creates the store at path and brings its schema up to date.
 func Open(ctx context.Context, path string) (*Store, error) {
+	if err := private(path); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
 	dsn := func(txlock string) string {
 		q := url.Values{}
 		q.Add("_pragma", "busy_timeout(10000)")
@@ -72,4 +76,31 @@ func newID() string {
 	var b [16]byte
 	rand.Read(b[:])
 	return "st-" + hex.EncodeToString(b[:])
+}
+
+// private makes the database file its owner's alone before SQLite opens
+// it (SQLite gives its -wal and -shm files the database's mode), and
+// narrows files an older hub left open to others: they hold the fleet's
+// state and the hashes of its tokens.
+func private(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		st, err := os.Stat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(p, 0o600); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

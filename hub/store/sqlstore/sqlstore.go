@@ -347,7 +347,18 @@ func (t *tx) Machine(id string) (store.Machine, error) {
 }
 
 func (t *tx) Machines() ([]store.Machine, error) {
-	rows, err := t.query(`SELECT ` + machineCols + ` FROM machines ORDER BY id` + t.s.d.Collate)
+	return t.machines(t.query(`SELECT ` + machineCols + ` FROM machines ORDER BY id` + t.s.d.Collate))
+}
+
+func (t *tx) MachinesAfter(after string, limit int) ([]store.Machine, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	c := t.s.d.Collate
+	return t.machines(t.query(`SELECT `+machineCols+` FROM machines WHERE id`+c+` > ? ORDER BY id`+c+` LIMIT ?`, after, limit))
+}
+
+func (t *tx) machines(rows *sql.Rows, err error) ([]store.Machine, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -571,6 +582,28 @@ func (t *tx) CreateToken(tk store.Token) error {
 		return fmt.Errorf("token: %w", store.ErrExists)
 	}
 	return err
+}
+
+func (t *tx) Tokens(limit int) ([]store.Token, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := t.query(`SELECT hash, owner, region, created, expires, used FROM tokens ORDER BY created DESC, hash`+t.s.d.Collate+` LIMIT ?`, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Token
+	for rows.Next() {
+		var tk store.Token
+		var created, expires, used int64
+		if err := rows.Scan(&tk.Hash, &tk.Owner, &tk.Region, &created, &expires, &used); err != nil {
+			return nil, err
+		}
+		tk.Created, tk.Expires, tk.Used = fromTS(created), fromTS(expires), fromTS(used)
+		out = append(out, tk)
+	}
+	return out, t.seen(rows.Err())
 }
 
 func (t *tx) UseToken(hash string, at time.Time) (store.Token, error) {

@@ -5,6 +5,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("tenants", func(t *testing.T) { testTenants(t, open(t)) })
 	t.Run("classes", func(t *testing.T) { testClasses(t, open(t)) })
 	t.Run("machines_and_generations", func(t *testing.T) { testMachines(t, open(t)) })
+	t.Run("machines_in_pages", func(t *testing.T) { testMachinePages(t, open(t)) })
 	t.Run("workloads", func(t *testing.T) { testWorkloads(t, open(t)) })
 	t.Run("statuses", func(t *testing.T) { testStatuses(t, open(t)) })
 	t.Run("timeline_in_order", func(t *testing.T) { testTimeline(t, open(t)) })
@@ -238,6 +240,23 @@ func testTokens(t *testing.T, s store.Store) {
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("unknown token: got %v, want ErrNotFound", err)
 	}
+	update(t, s, func(tx store.Tx) error {
+		for i := range 3 {
+			if err := tx.CreateToken(store.Token{Hash: fmt.Sprintf("n%d", i), Owner: "acme", Region: "us", Created: at.Add(time.Duration(i+1) * time.Second), Expires: at.Add(time.Hour)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var list []store.Token
+	view(t, s, func(tx store.Tx) (err error) { list, err = tx.Tokens(3); return err })
+	if len(list) != 3 || list[0].Hash != "n2" || list[2].Hash != "n0" || list[0].Region != "us" || !list[0].Used.IsZero() {
+		t.Errorf("newest 3 tokens: %+v", list)
+	}
+	view(t, s, func(tx store.Tx) (err error) { list, err = tx.Tokens(10); return err })
+	if len(list) != 4 || list[3].Hash != "h1" || list[3].Used.IsZero() {
+		t.Errorf("all tokens, oldest (used) last: %+v", list)
+	}
 }
 
 func testLeases(t *testing.T, s store.Store) {
@@ -256,4 +275,43 @@ func testLeases(t *testing.T, s store.Store) {
 		}
 		return nil
 	})
+}
+
+func testMachinePages(t *testing.T, s store.Store) {
+	// IDs whose byte order differs from a locale's: every dialect pages
+	// in byte order.
+	ids := []string{"m-B", "m-a", "m-10", "m-9", "m-_", "m-A"}
+	update(t, s, func(tx store.Tx) error {
+		for _, id := range ids {
+			if err := tx.PutMachine(store.Machine{ID: id, Owner: "acme", Region: "eu", Registered: at}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var got []string
+	after := ""
+	for range len(ids) + 1 {
+		var page []store.Machine
+		view(t, s, func(tx store.Tx) (err error) { page, err = tx.MachinesAfter(after, 4); return err })
+		if len(page) > 4 {
+			t.Fatalf("a page of 4 holds %d", len(page))
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, m := range page {
+			got = append(got, m.ID)
+		}
+		after = page[len(page)-1].ID
+	}
+	want := slices.Sorted(slices.Values(ids))
+	if !slices.Equal(got, want) {
+		t.Errorf("paging by 4 gave %v, want %v", got, want)
+	}
+	var all []store.Machine
+	view(t, s, func(tx store.Tx) (err error) { all, err = tx.Machines(); return err })
+	if len(all) != len(ids) || all[0].ID != want[0] {
+		t.Errorf("Machines() = %d machines from %s", len(all), all[0].ID)
+	}
 }

@@ -4,10 +4,15 @@
 //	testprog serve    append a line to /data/boots, then wait for SIGTERM and exit 0
 //	testprog exit N   exit with code N
 //	testprog oom      allocate memory until the kernel kills it
+//	testprog http     serve on :8080 until SIGTERM: GET /env/NAME answers
+//	                  $NAME, GET /cwd the working directory, and
+//	                  GET /write?path=P writes P; one line per request to
+//	                  stdout
 package main
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -31,6 +36,8 @@ func main() {
 		os.Exit(code)
 	case "oom":
 		oom()
+	case "http":
+		serveHTTP()
 	default:
 		fmt.Fprintf(os.Stderr, "testprog: unknown mode %q\n", mode)
 		os.Exit(2)
@@ -59,5 +66,34 @@ func oom() {
 			b[i] = 1 // touch every page so it counts against the limit
 		}
 		hold = append(hold, b)
+	}
+}
+
+func serveHTTP() {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /env/{name}", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Println("get env", r.PathValue("name"))
+		fmt.Fprint(w, os.Getenv(r.PathValue("name")))
+	})
+	mux.HandleFunc("GET /cwd", func(w http.ResponseWriter, r *http.Request) {
+		wd, _ := os.Getwd()
+		fmt.Fprint(w, wd)
+	})
+	mux.HandleFunc("GET /write", func(w http.ResponseWriter, r *http.Request) {
+		if err := os.WriteFile(r.URL.Query().Get("path"), []byte("written"), 0o644); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		}
+	})
+	srv := &http.Server{Addr: ":8080", Handler: mux}
+	go func() {
+		stop := make(chan os.Signal, 1)
+		signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+		<-stop
+		srv.Close()
+	}()
+	fmt.Println("listening on :8080")
+	if err := srv.ListenAndServe(); err != http.ErrServerClosed {
+		fmt.Fprintln(os.Stderr, "testprog:", err)
+		os.Exit(1)
 	}
 }

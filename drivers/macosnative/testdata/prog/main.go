@@ -3,9 +3,17 @@
 //	prog serve        append a line to $EINSORA_DATA/boots, then run until SIGTERM
 //	prog ignore-term  ignore SIGTERM, write $EINSORA_DATA/ready, run until killed
 //	prog exit N       exit with code N
+//	prog report ...   write its arguments, $GREETING, $TOKEN and working
+//	                  directory to $EINSORA_DATA/report.json, then exit 0
+//	prog spew N       write N lines of about 1 KB to stdout, wait 300ms,
+//	                  write "done" and exit 0
+//	prog alloc N      after 300ms (time for the driver to set its limits)
+//	                  touch N MiB, then exit 0
 package main
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
@@ -50,8 +58,38 @@ func main() {
 			code, _ = strconv.Atoi(os.Args[2])
 		}
 		os.Exit(code)
+	case "report":
+		wd, _ := os.Getwd()
+		b, _ := json.Marshal(map[string]any{"args": os.Args[1:], "greeting": os.Getenv("GREETING"),
+			"token": os.Getenv("TOKEN"), "cwd": wd, "data": data})
+		if err := os.WriteFile(filepath.Join(data, "report.json"), b, 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	case "spew":
+		n, _ := strconv.Atoi(os.Args[2])
+		w := bufio.NewWriter(os.Stdout)
+		for i := range n {
+			fmt.Fprintf(w, "%05d %01000d\n", i, 0)
+		}
+		w.Flush()
+		time.Sleep(300 * time.Millisecond)
+		fmt.Println("done")
+	case "alloc":
+		time.Sleep(300 * time.Millisecond)
+		n, _ := strconv.Atoi(os.Args[2])
+		for range n {
+			b := make([]byte, 1<<20)
+			for i := range b {
+				b[i] = 1
+			}
+			hold = append(hold, b)
+		}
+		fmt.Println("allocated", len(hold), "MiB")
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(2)
 	}
 }
+
+var hold [][]byte

@@ -60,27 +60,6 @@ func (h *Hub) CreateClass(ctx context.Context, c store.Class) error {
 	return h.store.Update(ctx, func(tx store.Tx) error { return tx.PutClass(c) })
 }
 
-// RegisterMachine records a machine with its owner and region, which only
-// registration (enrolment) decides. Registering again keeps everything else.
-func (h *Hub) RegisterMachine(ctx context.Context, id, name, owner, region string) error {
-	if id == "" || len(id) > protocol.MaxIDLength {
-		return fmt.Errorf("%w: machine id %q", ErrInvalid, id)
-	}
-	return h.store.Update(ctx, func(tx store.Tx) error {
-		m, err := tx.Machine(id)
-		if errors.Is(err, store.ErrNotFound) {
-			m = store.Machine{ID: id, Registered: h.clk.Now()}
-		} else if err != nil {
-			return err
-		}
-		if m.Owner != "" && m.Owner != owner {
-			return fmt.Errorf("%w: machine %s belongs to %s; remove it before registering it for %s", ErrInvalid, id, m.Owner, owner)
-		}
-		m.Name, m.Owner, m.Region = bound(name, 64), owner, region
-		return tx.PutMachine(m)
-	})
-}
-
 // WorkloadSpec is what a user asks for.
 type WorkloadSpec struct {
 	Tenant string
@@ -125,12 +104,12 @@ func (h *Hub) CreateWorkload(ctx context.Context, spec WorkloadSpec) (store.Work
 		if err := tx.CreateWorkload(w); err != nil {
 			return err
 		}
-		return h.timeline(tx, w.ID, fmt.Sprintf("created: %s %s of class %s in region %s", w.Kind, w.Name, w.Class, w.Region))
+		return timeline(tx, h.clk.Now(), w.ID, fmt.Sprintf("created: %s %s of class %s in region %s", w.Kind, w.Name, w.Class, w.Region))
 	})
 	if err != nil {
 		return store.Workload{}, err
 	}
-	h.wakeController()
+	h.ctl.wakeController()
 	return w, nil
 }
 
@@ -143,10 +122,10 @@ func newWorkloadID() string {
 // RunWorkload asks for a stopped or failed workload to run again. It waits
 // for admission, which makes a new attempt.
 func (h *Hub) RunWorkload(ctx context.Context, id string) error {
-	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *[]string) error {
+	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *changes) error {
 		switch w.State {
 		case store.StateStopped, store.StateFailed, store.StateStopping:
-			return h.move(tx, w, store.StatePending, "", "asked to run", wakes)
+			return move(tx, h.clk.Now(), w, store.StatePending, "", "asked to run", wakes)
 		case store.StateDeleting:
 			return fmt.Errorf("%w: workload %s is being deleted", ErrInvalid, id)
 		}
@@ -156,12 +135,12 @@ func (h *Hub) RunWorkload(ctx context.Context, id string) error {
 
 // ParkWorkload stops a workload, keeping its data.
 func (h *Hub) ParkWorkload(ctx context.Context, id string) error {
-	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *[]string) error {
+	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *changes) error {
 		switch w.State {
 		case store.StateProvisioning, store.StateRunning:
-			return h.move(tx, w, store.StateStopping, "", "asked to stop", wakes)
+			return move(tx, h.clk.Now(), w, store.StateStopping, "", "asked to stop", wakes)
 		case store.StatePending, store.StateQueued:
-			return h.move(tx, w, store.StateStopped, "", "asked to stop before it was placed", wakes)
+			return move(tx, h.clk.Now(), w, store.StateStopped, "", "asked to stop before it was placed", wakes)
 		case store.StateDeleting:
 			return fmt.Errorf("%w: workload %s is being deleted", ErrInvalid, id)
 		}
@@ -172,9 +151,9 @@ func (h *Hub) ParkWorkload(ctx context.Context, id string) error {
 // DeleteWorkload removes a workload and its data: at once when no machine
 // holds it, else once its machine says it removed it.
 func (h *Hub) DeleteWorkload(ctx context.Context, id string) error {
-	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *[]string) error {
+	return h.change(ctx, id, func(tx store.Tx, w *store.Workload, wakes *changes) error {
 		if w.Machine == "" {
-			if err := h.timeline(tx, w.ID, "deleted"); err != nil {
+			if err := timeline(tx, h.clk.Now(), w.ID, "deleted"); err != nil {
 				return err
 			}
 			return tx.DeleteWorkload(w.ID)
@@ -182,12 +161,12 @@ func (h *Hub) DeleteWorkload(ctx context.Context, id string) error {
 		if w.State == store.StateDeleting {
 			return nil
 		}
-		return h.move(tx, w, store.StateDeleting, "", "asked to delete; removing it and its data from machine "+w.Machine, wakes)
+		return move(tx, h.clk.Now(), w, store.StateDeleting, "", "asked to delete; removing it and its data from machine "+w.Machine, wakes)
 	})
 }
 
-func (h *Hub) change(ctx context.Context, id string, fn func(tx store.Tx, w *store.Workload, wakes *[]string) error) error {
-	var wakes []string
+func (h *Hub) change(ctx context.Context, id string, fn func(tx store.Tx, w *store.Workload, wakes *changes) error) error {
+	var wakes changes
 	err := h.store.Update(ctx, func(tx store.Tx) error {
 		wakes = wakes[:0]
 		w, err := tx.Workload(id)
@@ -199,8 +178,8 @@ func (h *Hub) change(ctx context.Context, id string, fn func(tx store.Tx, w *sto
 	if err != nil {
 		return err
 	}
-	h.wakeAll(wakes)
-	h.wakeController()
+	tell(h.backend, wakes)
+	h.ctl.wakeController()
 	return nil
 }
 
@@ -238,54 +217,4 @@ func (h *Hub) Tenants(ctx context.Context) (ts []store.Tenant, err error) {
 func (h *Hub) Classes(ctx context.Context) (cs []store.Class, err error) {
 	err = h.store.View(ctx, func(tx store.Tx) error { cs, err = tx.Classes(); return err })
 	return cs, err
-}
-
-// MachineView is a machine with what the hub derives about it.
-type MachineView struct {
-	store.Machine
-	Online bool
-}
-
-// Machines returns every machine.
-func (h *Hub) Machines(ctx context.Context) ([]MachineView, error) {
-	var ms []store.Machine
-	err := h.store.View(ctx, func(tx store.Tx) (err error) { ms, err = tx.Machines(); return err })
-	out := make([]MachineView, len(ms))
-	for i, m := range ms {
-		out[i] = MachineView{Machine: m, Online: h.online(m)}
-	}
-	return out, err
-}
-
-// Machine returns one machine.
-func (h *Hub) Machine(ctx context.Context, id string) (MachineView, error) {
-	var m store.Machine
-	err := h.store.View(ctx, func(tx store.Tx) (err error) { m, err = tx.Machine(id); return err })
-	return MachineView{Machine: m, Online: err == nil && h.online(m)}, err
-}
-
-func (h *Hub) online(m store.Machine) bool {
-	return !m.LastSync.IsZero() && h.clk.Now().Sub(m.LastSync) < h.cfg.OfflineAfter || h.polls.connected(m.ID)
-}
-
-// RemoveMachine forgets a machine, so its ID may enrol again (for another
-// owner, say). A machine that still holds workloads is refused: their data
-// is there, and deleting it is never the hub's guess.
-func (h *Hub) RemoveMachine(ctx context.Context, id string) error {
-	err := h.store.Update(ctx, func(tx store.Tx) error {
-		ws, err := tx.Workloads(store.WorkloadFilter{Machine: id})
-		if err != nil {
-			return err
-		}
-		if len(ws) > 0 {
-			return fmt.Errorf("%w: machine %s still holds %d workloads (%s, …); delete them first (einsora-hub workload rm)", ErrInvalid, id, len(ws), ws[0].ID)
-		}
-		return tx.DeleteMachine(id)
-	})
-	if err != nil {
-		return err
-	}
-	h.desired.Delete(id)
-	h.log.Info("machine removed", "machine", id)
-	return nil
 }

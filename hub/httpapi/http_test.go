@@ -1,4 +1,4 @@
-package hub
+package httpapi
 
 import (
 	"bytes"
@@ -10,14 +10,13 @@ import (
 	"testing"
 
 	"einsora.dev/edge/hub/adminapi"
-	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/protocol"
 )
 
 func syncServer(t *testing.T, h *testHub) *httptest.Server {
 	// Tests name the machine in a header; over HTTPS it comes from the
 	// client certificate.
-	srv := httptest.NewServer(h.SyncHandler(func(r *http.Request) (string, error) {
+	srv := httptest.NewServer(h.api.SyncHandler(func(r *http.Request) (string, error) {
 		if id := r.Header.Get("X-Test-Machine"); id != "" {
 			return id, nil
 		}
@@ -74,30 +73,8 @@ func TestSyncRefusesBadBodies(t *testing.T) {
 	}
 }
 
-func TestDetailIsBoundedAndStripped(t *testing.T) {
-	h := newTestHub(t)
-	h.machine("m-1")
-	w := h.create("web", protocol.KindContainer)
-	h.pass()
-	w = h.workload(w.ID)
-	s := status(w, protocol.ModeRun, protocol.CodeStarting)
-	s.Detail = strings.Repeat("\x1b[31mred", 1<<18)
-	h.report("m-1", h.desired("m-1"), s)
-	var got string
-	h.st.View(t.Context(), func(tx store.Tx) error {
-		ss, err := tx.Statuses("m-1")
-		if err == nil && len(ss) == 1 {
-			got = ss[0].Detail
-		}
-		return err
-	})
-	if len(got) > protocol.MaxDetail || strings.ContainsRune(got, 0x1b) {
-		t.Errorf("stored detail of %d bytes with escapes: %q…", len(got), got[:min(len(got), 40)])
-	}
-}
-
 func adminServer(t *testing.T, h *testHub) (*httptest.Server, *adminapi.Client) {
-	srv := httptest.NewServer(h.AdminHandler("secret"))
+	srv := httptest.NewServer(h.api.AdminHandler("secret"))
 	t.Cleanup(srv.Close)
 	return srv, &adminapi.Client{BaseURL: srv.URL, Token: "secret"}
 }

@@ -1,0 +1,229 @@
+package hub
+
+import (
+	"log/slog"
+	"time"
+
+	"einsora.dev/edge/hub/placement"
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/protocol"
+)
+
+// Backend is the runtime-neutral seam between the controller and the
+// runtime that runs what it places (ADR-0016). The controller decides,
+// in the store, what each workload should be; a backend says what it can
+// host and what it observed, and is told, after commit, what changed. The
+// agent backend is the one there is; a region run by Kubernetes would be
+// another, without touching placement or the controller's rules.
+type Backend interface {
+	// Capacity is what the runtime offers placement now, read in the
+	// admit transaction so capacity is read and taken under one lock.
+	// classes sizes what placed workloads hold.
+	Capacity(tx store.Tx, classes map[string]store.Class) (Capacity, error)
+	// Observe reports what the runtime says of the workloads on machine
+	// machineID. ok is false when what it says may decide nothing now.
+	Observe(tx store.Tx, machineID string) (obs Observation, ok bool, err error)
+	// Run, Park and Delete tell the runtime, after the commit that changed
+	// them, that these workloads are to run, to be parked keeping their
+	// data, or to be removed with their data (or no longer listed).
+	Run(refs ...Ref)
+	Park(refs ...Ref)
+	Delete(refs ...Ref)
+}
+
+// Ref names a placed workload on the machine that holds it.
+type Ref struct {
+	Workload string
+	Machine  string
+}
+
+// Capacity is a backend's offer to placement.
+type Capacity struct {
+	// Machines are the machines placement may choose among, with what
+	// placed workloads already hold on each.
+	Machines []placement.Machine
+	// Settling is set right after a restart, until the runtime has heard
+	// from what it expects: nothing is admitted meanwhile.
+	Settling bool
+}
+
+// Observation is what a runtime reports of a machine's workloads.
+type Observation struct {
+	// Statuses holds the latest status of each workload reported.
+	Statuses map[string]store.StatusRecord
+	// applied is the generation of desired state the machine last applied.
+	applied int64
+}
+
+// Absent reports whether w is missing from a runtime that has applied the
+// desired state listing it: it is run again, under the same attempt.
+func (o Observation) Absent(w store.Workload) bool {
+	_, ok := o.Statuses[w.ID]
+	return !ok && o.applied >= w.ModeGeneration
+}
+
+// changes collects, in a transaction, what to tell the backend after
+// commit.
+type changes []change
+
+type change struct {
+	mode protocol.Mode
+	ref  Ref
+}
+
+func (cs *changes) add(mode protocol.Mode, workload, machine string) {
+	*cs = append(*cs, change{mode: mode, ref: Ref{Workload: workload, Machine: machine}})
+}
+
+// tell hands the changes of a committed transaction to b, by mode.
+func tell(b Backend, cs changes) {
+	var run, park, del []Ref
+	for _, c := range cs {
+		switch c.mode {
+		case protocol.ModeRun:
+			run = append(run, c.ref)
+		case protocol.ModePark:
+			park = append(park, c.ref)
+		default:
+			del = append(del, c.ref)
+		}
+	}
+	if len(run) > 0 {
+		b.Run(run...)
+	}
+	if len(park) > 0 {
+		b.Park(park...)
+	}
+	if len(del) > 0 {
+		b.Delete(del...)
+	}
+}
+
+var _ Backend = (*agentBackend)(nil)
+
+// agentBackend runs workloads on machines whose agents sync with the hub.
+// Desired state is computed from the store at every sync (rule 1), so
+// Run, Park and Delete only wake the machines' long polls, here and on the
+// other replicas. Capacity is the registered machines with their checked
+// inventories; Observe reads the statuses their agents reported.
+type agentBackend struct {
+	region   string
+	log      *slog.Logger
+	presence presence
+	// wake wakes the machines' long polls, deduplicated.
+	wake func(machineIDs []string)
+	// settled is set, once and for good, when the machines expected have
+	// synced (see settle). Only the controller's admit step touches it.
+	settled bool
+}
+
+func (b *agentBackend) Run(refs ...Ref)    { b.wake(machinesOf(refs)) }
+func (b *agentBackend) Park(refs ...Ref)   { b.wake(machinesOf(refs)) }
+func (b *agentBackend) Delete(refs ...Ref) { b.wake(machinesOf(refs)) }
+
+func machinesOf(refs []Ref) []string {
+	ids := make([]string, len(refs))
+	for i, r := range refs {
+		ids[i] = r.Machine
+	}
+	return ids
+}
+
+// Observe reads what machine machineID's agent reported. An offline
+// machine's statuses decide nothing (rule 8), and another region's
+// controller observes its own machines.
+func (b *agentBackend) Observe(tx store.Tx, machineID string) (Observation, bool, error) {
+	m, err := tx.Machine(machineID)
+	if err != nil {
+		return Observation{}, false, err
+	}
+	if m.Region != b.region || !b.presence.online(m) {
+		return Observation{}, false, nil
+	}
+	statuses, err := tx.Statuses(machineID)
+	if err != nil {
+		return Observation{}, false, err
+	}
+	obs := Observation{Statuses: make(map[string]store.StatusRecord, len(statuses)), applied: m.AppliedGeneration}
+	for _, s := range statuses {
+		obs.Statuses[s.Workload] = s
+	}
+	return obs, true, nil
+}
+
+// Capacity builds placement's view of the machines from the store:
+// validated inventory, registration, and what placed workloads hold.
+func (b *agentBackend) Capacity(tx store.Tx, classes map[string]store.Class) (Capacity, error) {
+	ms, err := tx.Machines()
+	if err != nil {
+		return Capacity{}, err
+	}
+	if !b.settle(ms) {
+		return Capacity{Settling: true}, nil
+	}
+	holding, err := tx.Workloads(store.WorkloadFilter{States: []store.State{store.StateProvisioning, store.StateRunning, store.StateStopping}})
+	if err != nil {
+		return Capacity{}, err
+	}
+	held := make(map[string][]placement.Held)
+	for _, w := range holding {
+		class := classes[w.Class]
+		held[w.Machine] = append(held[w.Machine], placement.Held{
+			Workload: w.ID, Driver: w.Driver, Kind: w.Kind, Image: w.Image, CPUs: class.CPUs, MemoryMB: class.MemoryMB, Devices: w.Devices,
+		})
+	}
+	pms := make([]placement.Machine, 0, len(ms))
+	for _, m := range ms {
+		if m.Inventory == nil || m.Revoked {
+			continue
+		}
+		pms = append(pms, placement.Machine{
+			ID: m.ID, Owner: m.Owner, Region: m.Region, OS: m.OS, Arch: m.Arch,
+			Online: b.presence.online(m),
+			CPUs:   m.Inventory.CPUs, MemoryMB: m.Inventory.MemoryMB,
+			Devices: placement.DevicesFromInventory(*m.Inventory),
+			Engine:  placement.EngineOf(*m.Inventory),
+			Drivers: m.Inventory.Drivers,
+			Holding: held[m.ID],
+		})
+	}
+	return Capacity{Machines: pms}, nil
+}
+
+// settle reports whether the hub may admit. Right after it starts, it has
+// not heard from the machines that were online before, and placing on what
+// it happens to know would crowd the first machines back. So it waits until
+// every machine that was online when the hub last heard from its fleet (the
+// latest sync before this start stands for that moment, however long the
+// hub was down), or that registered since, has synced again, or until
+// OfflineAfter has passed.
+func (b *agentBackend) settle(ms []store.Machine) bool {
+	if b.settled {
+		return true
+	}
+	var lastHeard time.Time
+	for _, m := range ms {
+		if m.LastSync.Before(b.presence.started) && m.LastSync.After(lastHeard) {
+			lastHeard = m.LastSync
+		}
+	}
+	waiting := 0
+	for _, m := range ms {
+		wasOnline := b.presence.wasOnline(m, lastHeard)
+		registeredSince := !m.Registered.Before(b.presence.started)
+		if m.Revoked || !wasOnline && !registeredSince {
+			continue
+		}
+		if m.LastSync.Before(b.presence.started) || m.Inventory == nil {
+			waiting++
+		}
+	}
+	now := b.presence.clk.Now()
+	if waiting > 0 && b.presence.justStarted() {
+		b.log.Debug("settling: waiting for machines to reconnect before admitting", "machines", waiting)
+		return false
+	}
+	b.settled = true
+	b.log.Info("settled: admitting", "waited", now.Sub(b.presence.started), "missing", waiting)
+	return true
+}

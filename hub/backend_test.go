@@ -1,0 +1,120 @@
+package hub
+
+import (
+	"slices"
+	"sync"
+	"testing"
+
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/protocol"
+)
+
+// recordingBackend passes every call on to the agent backend and notes it,
+// so a test sees what the controller and the admin verbs told the runtime.
+type recordingBackend struct {
+	Backend
+	mu    sync.Mutex
+	calls []string
+}
+
+func (r *recordingBackend) note(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, s)
+}
+
+func (r *recordingBackend) Capacity(tx store.Tx, classes map[string]store.Class) (Capacity, error) {
+	r.note("capacity")
+	return r.Backend.Capacity(tx, classes)
+}
+
+func (r *recordingBackend) Observe(tx store.Tx, machineID string) (Observation, bool, error) {
+	r.note("observe " + machineID)
+	return r.Backend.Observe(tx, machineID)
+}
+
+func (r *recordingBackend) Run(refs ...Ref) {
+	for _, ref := range refs {
+		r.note("run " + ref.Workload + " on " + ref.Machine)
+	}
+	r.Backend.Run(refs...)
+}
+
+func (r *recordingBackend) Park(refs ...Ref) {
+	for _, ref := range refs {
+		r.note("park " + ref.Workload + " on " + ref.Machine)
+	}
+	r.Backend.Park(refs...)
+}
+
+func (r *recordingBackend) Delete(refs ...Ref) {
+	for _, ref := range refs {
+		r.note("delete " + ref.Workload + " on " + ref.Machine)
+	}
+	r.Backend.Delete(refs...)
+}
+
+func (r *recordingBackend) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.calls
+	r.calls = nil
+	return out
+}
+
+// TestControllerReachesTheRuntimeThroughTheBackend: placing asks the
+// backend for capacity and tells it to run; a report is read through
+// Observe; parking and deleting tell it so, naming workload and machine.
+func TestControllerReachesTheRuntimeThroughTheBackend(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	rec := &recordingBackend{Backend: h.backend}
+	h.backend, h.ctl.backend = rec, rec
+	w := h.create("web", protocol.KindContainer)
+	h.pass()
+	calls := rec.take()
+	for _, want := range []string{"capacity", "run " + w.ID + " on m-1"} {
+		if !slices.Contains(calls, want) {
+			t.Errorf("admitting: calls %q lack %q", calls, want)
+		}
+	}
+	w = h.workload(w.ID)
+	h.report("m-1", h.desired("m-1"), status(w, protocol.ModeRun, protocol.CodeRunning))
+	if calls := rec.take(); !slices.Contains(calls, "observe m-1") {
+		t.Errorf("observing: calls %q lack observe m-1", calls)
+	}
+	wantState(t, h, w.ID, store.StateRunning)
+	if err := h.ParkWorkload(t.Context(), w.ID); err != nil {
+		t.Fatal(err)
+	}
+	if calls := rec.take(); !slices.Equal(calls, []string{"park " + w.ID + " on m-1"}) {
+		t.Errorf("parking: calls %q", calls)
+	}
+	if err := h.DeleteWorkload(t.Context(), w.ID); err != nil {
+		t.Fatal(err)
+	}
+	if calls := rec.take(); !slices.Equal(calls, []string{"delete " + w.ID + " on m-1"}) {
+		t.Errorf("deleting: calls %q", calls)
+	}
+}
+
+// TestAbsentWorkloadIsRunAgainThroughTheBackend: rule 11's second half,
+// through the seam: provisioning, applied, unreported means Run again.
+func TestAbsentWorkloadIsRunAgainThroughTheBackend(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	rec := &recordingBackend{Backend: h.backend}
+	h.backend, h.ctl.backend = rec, rec
+	w := h.create("web", protocol.KindContainer)
+	h.pass()
+	rec.take()
+	// Its agent applied the desired state listing w and says nothing of
+	// it; a later pass observes the machine.
+	h.report("m-1", h.desired("m-1"))
+	h.ctl.markDirty("m-1")
+	h.pass()
+	if calls := rec.take(); !slices.Contains(calls, "run "+w.ID+" on m-1") {
+		t.Errorf("calls %q: want %s run again", calls, w.ID)
+	}
+	wantState(t, h, w.ID, store.StateProvisioning)
+}

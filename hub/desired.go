@@ -1,0 +1,108 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/protocol"
+)
+
+// Desired computes the machine's complete desired state from the store.
+func (h *Hub) Desired(ctx context.Context, machineID string) (*protocol.SyncResponse, error) {
+	var resp *protocol.SyncResponse
+	err := h.store.View(ctx, func(tx store.Tx) error {
+		m, err := tx.Machine(machineID)
+		if errors.Is(err, store.ErrNotFound) {
+			// Removed while its poll waited: answered as any unknown
+			// machine is.
+			return ErrUnknownMachine
+		}
+		if err != nil {
+			return err
+		}
+		if m.Revoked {
+			// A poll woken by the revocation ends here.
+			return ErrRevoked
+		}
+		// Every change to a machine's desired state bumps its generation
+		// in the same transaction, so a state computed for this generation
+		// is the state: a wake reads one row.
+		if cached, ok := h.desired.Load(machineID); ok && cached.(*protocol.SyncResponse).Generation == m.Generation {
+			copied := *cached.(*protocol.SyncResponse)
+			resp = &copied
+			return nil
+		}
+		resp, err = h.computeDesired(tx, m)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("desired state of %s: %w", machineID, err)
+	}
+	resp.HubTime = h.clk.Now()
+	return resp, nil
+}
+
+// computeDesired builds machine m's desired state from the store and
+// caches it under m's generation.
+func (h *Hub) computeDesired(tx store.Tx, m store.Machine) (*protocol.SyncResponse, error) {
+	resp := &protocol.SyncResponse{StoreID: h.store.ID(), Generation: m.Generation, Workloads: []protocol.DesiredWorkload{}}
+	ws, err := tx.Workloads(store.WorkloadFilter{Machine: m.ID})
+	if err != nil {
+		return nil, err
+	}
+	classes, err := classMap(tx)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range ws {
+		mode, listed := modeOf(w)
+		if !listed {
+			continue
+		}
+		// A class's size is read at each generation: editing a class
+		// reaches placed workloads at their machine's next change.
+		c := classes[w.Class]
+		resp.Workloads = append(resp.Workloads, protocol.DesiredWorkload{
+			ID: w.ID, Attempt: w.Attempt, Mode: mode, Kind: w.Kind, Driver: w.Driver,
+			Isolation: h.drivers[w.Driver].Isolation, Image: w.Image,
+			Resources: protocol.Resources{CPUs: c.CPUs, MemoryMB: c.MemoryMB, Devices: w.Devices},
+		})
+	}
+	cached := *resp
+	h.desired.Store(m.ID, &cached)
+	return resp, nil
+}
+
+func classMap(tx store.Tx) (map[string]store.Class, error) {
+	cs, err := tx.Classes()
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]store.Class, len(cs))
+	for _, c := range cs {
+		m[c.Name] = c
+	}
+	return m, nil
+}
+
+// modeOf is ADR-0016's mapping of a workload's state to its mode on its
+// machine. listed is false for a workload the machine no longer holds.
+func modeOf(w store.Workload) (mode protocol.Mode, listed bool) {
+	if w.Machine == "" {
+		return "", false
+	}
+	switch w.State {
+	case store.StateProvisioning, store.StateRunning:
+		return protocol.ModeRun, true
+	case store.StateDeleting:
+		return protocol.ModeRemove, true
+	}
+	// pending, queued, stopping, stopped, failed: parked, keeping the disk,
+	// except endpoints, which keep nothing.
+	if w.Kind == protocol.KindEndpoint {
+		return protocol.ModeRemove, true
+	}
+	return protocol.ModePark, true
+}

@@ -1,0 +1,107 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"einsora.dev/edge/hub/ca"
+	"einsora.dev/edge/protocol"
+)
+
+// SyncHandler serves POST /agent/v1/sync. identify names the machine from
+// the request: its verified client certificate over HTTPS.
+func (a *API) SyncHandler(identify func(*http.Request) (string, error)) http.Handler {
+	return machineHandler(identify, func(w http.ResponseWriter, r *http.Request, machineID string) {
+		req, err := DecodeSyncRequest(http.MaxBytesReader(w, r.Body, protocol.MaxSyncBody))
+		if err != nil {
+			writeDecodeError(w, err)
+			return
+		}
+		resp, err := a.hub.Sync(r.Context(), machineID, req)
+		if err != nil {
+			a.fail(w, r, err, "sync failed", "the hub failed to sync; the agent will retry", "machine", machineID)
+			return
+		}
+		writeJSON(w, http.StatusOK, resp)
+	})
+}
+
+// EnrollHandler serves POST /agent/v1/enroll, which needs no client
+// certificate: the token authenticates it.
+func (a *API) EnrollHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			writeError(w, http.StatusMethodNotAllowed, "use POST")
+			return
+		}
+		req, err := DecodeEnrollRequest(http.MaxBytesReader(w, r.Body, protocol.MaxEnrollBody))
+		if err != nil {
+			writeDecodeError(w, err)
+			return
+		}
+		resp, err := a.hub.Enroll(r.Context(), req)
+		a.certAnswer(w, r, resp, err)
+	})
+}
+
+// RenewHandler serves POST /agent/v1/renew, authenticated by the machine's
+// current client certificate (named by identify).
+func (a *API) RenewHandler(identify func(*http.Request) (string, error)) http.Handler {
+	return machineHandler(identify, func(w http.ResponseWriter, r *http.Request, machineID string) {
+		var in protocol.RenewRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxEnrollBody))
+		if err := dec.Decode(&in); err != nil {
+			writeDecodeError(w, fmt.Errorf("decode renew request: %w", err))
+			return
+		}
+		csr, err := ca.ParseCSR(in.CSR)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "renew request: "+err.Error())
+			return
+		}
+		resp, err := a.hub.Renew(r.Context(), machineID, csr)
+		a.certAnswer(w, r, resp, err)
+	})
+}
+
+func (a *API) certAnswer(w http.ResponseWriter, r *http.Request, resp *protocol.CertificateResponse, err error) {
+	if err != nil {
+		a.fail(w, r, err, "enrolment failed", "the hub failed to sign a certificate; try again later")
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// machineHandler serves POSTs of the machine that identify names (from its
+// client certificate), refusing other methods and unidentified callers.
+func machineHandler(identify func(*http.Request) (string, error), serve func(w http.ResponseWriter, r *http.Request, machineID string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			writeError(w, http.StatusMethodNotAllowed, "use POST")
+			return
+		}
+		machineID, err := identify(r)
+		if err != nil {
+			writeError(w, http.StatusUnauthorized, err.Error())
+			return
+		}
+		serve(w, r, machineID)
+	})
+}
+
+// IdentifyClientCert names the machine of a request by its verified client
+// certificate, and refuses a certificate that expired while its connection
+// stayed open. It is the identify function of SyncHandler over HTTPS.
+func (a *API) IdentifyClientCert(r *http.Request) (string, error) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return "", errors.New("no client certificate: enrol this machine first with: einsora-agent enroll --hub URL --token TOKEN")
+	}
+	leaf := r.TLS.VerifiedChains[0][0]
+	if now := a.clk.Now(); now.After(leaf.NotAfter) {
+		return "", fmt.Errorf("this machine's certificate expired at %s; check the machine's clock, then enrol it again with: einsora-agent enroll", leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return ca.MachineID(leaf)
+}

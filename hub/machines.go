@@ -1,0 +1,141 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/hub/trust"
+	"einsora.dev/edge/protocol"
+)
+
+// RegisterMachine records a machine with its owner and region, which only
+// registration (enrolment) decides. Registering again keeps everything else.
+func (h *Hub) RegisterMachine(ctx context.Context, id, name, owner, region string) error {
+	if id == "" || len(id) > protocol.MaxIDLength {
+		return fmt.Errorf("%w: machine id %q", ErrInvalid, id)
+	}
+	return h.store.Update(ctx, func(tx store.Tx) error {
+		m, err := tx.Machine(id)
+		if errors.Is(err, store.ErrNotFound) {
+			m = store.Machine{ID: id, Registered: h.clk.Now()}
+		} else if err != nil {
+			return err
+		}
+		if m.Owner != "" && m.Owner != owner {
+			return fmt.Errorf("%w: machine %s belongs to %s; remove it before registering it for %s", ErrInvalid, id, m.Owner, owner)
+		}
+		m.Name, m.Owner, m.Region = trust.Text(name, maxMachineName), owner, region
+		return tx.PutMachine(m)
+	})
+}
+
+// MachineView is a machine with what the hub derives about it.
+type MachineView struct {
+	store.Machine
+	Online bool
+}
+
+// Machines returns every machine.
+func (h *Hub) Machines(ctx context.Context) ([]MachineView, error) {
+	var ms []store.Machine
+	err := h.store.View(ctx, func(tx store.Tx) (err error) { ms, err = tx.Machines(); return err })
+	out := make([]MachineView, len(ms))
+	for i, m := range ms {
+		out[i] = MachineView{Machine: m, Online: h.presence.online(m)}
+	}
+	return out, err
+}
+
+// Machine returns one machine.
+func (h *Hub) Machine(ctx context.Context, id string) (MachineView, error) {
+	var m store.Machine
+	err := h.store.View(ctx, func(tx store.Tx) (err error) { m, err = tx.Machine(id); return err })
+	return MachineView{Machine: m, Online: err == nil && h.presence.online(m)}, err
+}
+
+// RemoveMachine forgets a machine, so its ID may enrol again (for another
+// owner, say). A machine that still holds workloads is refused: their data
+// is there, and deleting it is never the hub's guess.
+func (h *Hub) RemoveMachine(ctx context.Context, id string) error {
+	err := h.store.Update(ctx, func(tx store.Tx) error {
+		ws, err := tx.Workloads(store.WorkloadFilter{Machine: id})
+		if err != nil {
+			return err
+		}
+		if len(ws) > 0 {
+			return fmt.Errorf("%w: machine %s still holds %d workloads (%s, …); delete them first (einsora-hub workload rm)", ErrInvalid, id, len(ws), ws[0].ID)
+		}
+		return tx.DeleteMachine(id)
+	})
+	if err != nil {
+		return err
+	}
+	h.desired.Delete(id)
+	h.log.Info("machine removed", "machine", id)
+	return nil
+}
+
+// RevokeMachine marks a machine revoked: its certificates are refused from
+// now on, at the TLS handshake (resumed sessions included) and on every
+// request, and its waiting long poll is ended at once. Its workloads then
+// follow the offline rules.
+func (h *Hub) RevokeMachine(ctx context.Context, id string) error {
+	err := h.store.Update(ctx, func(tx store.Tx) error {
+		m, err := tx.Machine(id)
+		if err != nil {
+			return err
+		}
+		if m.Revoked {
+			return nil
+		}
+		m.Revoked = true
+		return tx.PutMachine(m)
+	})
+	if err != nil {
+		return err
+	}
+	h.log.Warn("machine revoked", "machine", id)
+	h.Wake(id)
+	h.ctl.wakeController()
+	return nil
+}
+
+// CheckMachine refuses a machine that is unknown or revoked. The TLS layer
+// calls it on every handshake, resumed or not.
+func (h *Hub) CheckMachine(ctx context.Context, id string) error {
+	var m store.Machine
+	err := h.store.View(ctx, func(tx store.Tx) (err error) { m, err = tx.Machine(id); return err })
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("machine %s: %w", id, ErrUnknownMachine)
+	case err != nil:
+		return err
+	case m.Revoked:
+		return fmt.Errorf("machine %s: %w", id, ErrRevoked)
+	}
+	return nil
+}
+
+// MachinesAfter returns one page of machines in ID order: at most limit,
+// whose IDs sort after after ("" for the first page). Lists of a large
+// fleet use it so a page never reads every machine.
+func (h *Hub) MachinesAfter(ctx context.Context, after string, limit int) ([]MachineView, error) {
+	var ms []store.Machine
+	err := h.store.View(ctx, func(tx store.Tx) (err error) { ms, err = tx.MachinesAfter(after, limit); return err })
+	out := make([]MachineView, len(ms))
+	for i, m := range ms {
+		out[i] = MachineView{Machine: m, Online: h.presence.online(m)}
+	}
+	return out, err
+}
+
+// MachineWorkloads returns the workloads placed on one machine.
+func (h *Hub) MachineWorkloads(ctx context.Context, machineID string) (ws []store.Workload, err error) {
+	err = h.store.View(ctx, func(tx store.Tx) error {
+		ws, err = tx.Workloads(store.WorkloadFilter{Machine: machineID})
+		return err
+	})
+	return ws, err
+}

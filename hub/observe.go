@@ -1,0 +1,124 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/protocol"
+)
+
+// observe moves workloads on the machines that reported since the last
+// pass, by what their statuses say.
+func (c *Controller) observe(ctx context.Context) error {
+	var errs []error
+	for _, id := range c.takeDirty() {
+		var wakes changes
+		err := c.store.Update(ctx, func(tx store.Tx) error {
+			wakes = wakes[:0]
+			if err := c.fence(tx); err != nil {
+				return err
+			}
+			return c.observeMachine(tx, id, &wakes)
+		})
+		if errors.Is(err, ErrNotLeader) {
+			c.markDirty(id) // for whoever leads next in this process
+			return err
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("observe %s: %w", id, err))
+			continue
+		}
+		tell(c.backend, wakes)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Controller) observeMachine(tx store.Tx, machineID string, wakes *changes) error {
+	obs, ok, err := c.backend.Observe(tx, machineID)
+	if err != nil || !ok {
+		return err
+	}
+	ws, err := tx.Workloads(store.WorkloadFilter{Machine: machineID})
+	if err != nil {
+		return err
+	}
+	for _, w := range ws {
+		s, ok := obs.Statuses[w.ID]
+		if w.State == store.StateProvisioning && obs.Absent(w) {
+			// Its runtime applied the desired state that lists it and says
+			// nothing of it: run it again, under the same attempt.
+			wakes.add(protocol.ModeRun, w.ID, machineID)
+			continue
+		}
+		if !ok || !answers(w, s.Status) {
+			continue
+		}
+		if err := c.apply(tx, &w, s, wakes); err != nil {
+			return fmt.Errorf("workload %s: %w", w.ID, err)
+		}
+	}
+	return nil
+}
+
+// answers reports whether s answers the attempt and mode the store expects
+// of w, applied from a desired state no older than the one that set that
+// mode. Anything else is read as still in progress.
+func answers(w store.Workload, s protocol.Status) bool {
+	mode, listed := modeOf(w)
+	return listed && s.Attempt == w.Attempt && s.Mode == mode && s.Generation >= w.ModeGeneration
+}
+
+// apply is the observe step's transition table: the workload's state and
+// what its machine reported decide its next state.
+func (c *Controller) apply(tx store.Tx, w *store.Workload, rec store.StatusRecord, wakes *changes) error {
+	s := rec.Status
+	switch w.State {
+	case store.StateProvisioning, store.StateRunning:
+		switch {
+		case s.Code == protocol.CodeRunning && w.State == store.StateProvisioning:
+			return move(tx, c.clk.Now(), w, store.StateRunning, "", "running on machine "+w.Machine, wakes)
+		case s.Code == protocol.CodeProgressing && rec.At.After(w.Progress):
+			// New progress extends the provisioning timeout.
+			w.Progress = rec.At
+			return tx.PutWorkload(*w)
+		case failure(s.Code):
+			r := reason(s)
+			return move(tx, c.clk.Now(), w, store.StateFailed, r, "failed: "+r, wakes)
+		}
+	case store.StateStopping:
+		if s.Code == protocol.CodeStopped || s.Code == protocol.CodeExited || s.Code == protocol.CodeRemoved {
+			return move(tx, c.clk.Now(), w, store.StateStopped, "", "stopped; its data is kept on machine "+w.Machine, wakes)
+		}
+	case store.StateDeleting:
+		if s.Code == protocol.CodeRemoved {
+			if err := timeline(tx, c.clk.Now(), w.ID, "removed from machine "+w.Machine+" with its data"); err != nil {
+				return err
+			}
+			if err := tx.DeleteWorkload(w.ID); err != nil {
+				return err
+			}
+			if _, err := tx.BumpGeneration(w.Machine); err != nil {
+				return err
+			}
+			wakes.add(protocol.ModeRemove, w.ID, w.Machine)
+		}
+	default:
+		// A parked endpoint is removed; once it is, the machine holds
+		// nothing of it.
+		if w.Kind == protocol.KindEndpoint && s.Code == protocol.CodeRemoved {
+			machine := w.Machine
+			w.Machine, w.Driver, w.Devices = "", "", nil
+			if _, err := tx.BumpGeneration(machine); err != nil {
+				return err
+			}
+			wakes.add(protocol.ModeRemove, w.ID, machine)
+			if err := tx.PutWorkload(*w); err != nil {
+				return err
+			}
+			return timeline(tx, c.clk.Now(), w.ID, "endpoint removed from machine "+machine)
+		}
+	}
+	return nil
+}

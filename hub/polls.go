@@ -1,0 +1,98 @@
+package hub
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// polls holds the waiting long polls: one per machine, with its wake
+// channel. Waking closes the channel. A new poll of a machine replaces the
+// one waiting, which is answered with ErrSuperseded.
+type polls struct {
+	// held counts the polls holding now, past their work: load shedding
+	// leaves them out.
+	held atomic.Int64
+	// mu guards the following fields.
+	mu      sync.Mutex
+	waiting map[string]*poll
+}
+
+type poll struct {
+	wake chan struct{}
+	// superseded is set, under polls.mu, when a newer poll replaced this one.
+	superseded bool
+}
+
+// wait registers a poll of machineID, replacing the one waiting, and
+// returns it with a release func to call when the poll stops waiting.
+func (p *polls) wait(machineID string) (*poll, func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old := p.waiting[machineID]; old != nil {
+		old.superseded = true
+		close(old.wake)
+	}
+	w := &poll{wake: make(chan struct{})}
+	p.waiting[machineID] = w
+	return w, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.waiting[machineID] == w {
+			delete(p.waiting, machineID)
+		}
+	}
+}
+
+func (p *polls) isSuperseded(w *poll) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return w.superseded
+}
+
+// wake answers the poll waiting for machineID.
+func (p *polls) wake(machineID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w := p.waiting[machineID]; w != nil {
+		close(w.wake)
+		delete(p.waiting, machineID)
+	}
+}
+
+// wakeEvery answers every waiting poll: after a replica's notifications
+// may have been missed, each agent fetches its desired state again.
+func (p *polls) wakeEvery() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, w := range p.waiting {
+		close(w.wake)
+		delete(p.waiting, id)
+	}
+}
+
+// connected reports whether a poll of machineID is waiting now.
+func (p *polls) connected(machineID string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.waiting[machineID] != nil
+}
+
+// Wake answers machineID's waiting long poll at once, so its agent fetches
+// its desired state. It is all that Backend.Run, Park and Delete do.
+func (h *Hub) Wake(machineID string) { h.polls.wake(machineID) }
+
+// WaitingPolls is how many long polls are holding now, their work done.
+// Load shedding counts requests in flight less these, which cost nothing
+// while they wait.
+func (h *Hub) WaitingPolls() int { return int(h.polls.held.Load()) }
+
+// wakeAll wakes the machines' long polls, here and, through the store, on
+// every other replica. Call it after the commit that changed them.
+func (h *Hub) wakeAll(ids []string) {
+	for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
+		h.Wake(id)
+		h.notifyReplicas(context.Background(), id)
+	}
+}

@@ -1,0 +1,72 @@
+package hub
+
+import (
+	"time"
+
+	"einsora.dev/edge/clock"
+	"einsora.dev/edge/hub/store"
+)
+
+// presence is rule 8's one definition of a machine being online or
+// offline. Every caller (placement's fleet, observe, sweep, the recording
+// of reports, settling, the admin views) asks it, so the rule lives here.
+//
+// A machine is online while a poll of it waits or it synced within
+// offlineAfter. The hub's own downtime never counts against a machine:
+// the time it was missed starts no earlier than this hub's start.
+type presence struct {
+	clk clock.Clock
+	// offlineAfter: silent this long, a machine is offline (not offered
+	// for placement, its statuses decide nothing).
+	offlineAfter time.Duration
+	// failAfter: offline this long, its running workloads fail.
+	failAfter time.Duration
+	// started is when this hub process started.
+	started time.Time
+	// connected reports whether a poll of the machine waits now.
+	connected func(machineID string) bool
+}
+
+// online reports whether m is online now.
+func (p presence) online(m store.Machine) bool {
+	return !m.LastSync.IsZero() && p.clk.Now().Sub(m.LastSync) < p.offlineAfter || p.connected(m.ID)
+}
+
+// offlineFor is how long this hub has missed m: zero while a poll of it
+// waits, and never counting from before this hub started.
+func (p presence) offlineFor(m store.Machine) time.Duration {
+	if p.connected(m.ID) {
+		return 0
+	}
+	last := m.LastSync
+	if last.Before(p.started) {
+		last = p.started
+	}
+	return p.clk.Now().Sub(last)
+}
+
+// heard reports whether this hub heard from m within offlineAfter.
+func (p presence) heard(m store.Machine) bool { return p.offlineFor(m) < p.offlineAfter }
+
+// gone reports whether m has been missed long enough for its running
+// workloads to fail.
+func (p presence) gone(m store.Machine) bool { return p.offlineFor(m) >= p.failAfter }
+
+// returning reports whether a report from m arriving at now ends a
+// silence: m was silent for offlineAfter, or not heard since this hub
+// started. (Not online: the reporting poll itself counts as connected.)
+func (p presence) returning(m store.Machine, now time.Time) bool {
+	return p.cutOff(now.Sub(m.LastSync)) || m.LastSync.Before(p.started)
+}
+
+// cutOff reports whether a machine silent for away was offline.
+func (p presence) cutOff(away time.Duration) bool { return away >= p.offlineAfter }
+
+// wasOnline reports whether m was online at t, by its last sync alone.
+func (p presence) wasOnline(m store.Machine, t time.Time) bool {
+	return !m.LastSync.IsZero() && m.LastSync.After(t.Add(-p.offlineAfter))
+}
+
+// justStarted reports whether this hub started less than offlineAfter
+// ago: a machine online before it may not have synced with it yet.
+func (p presence) justStarted() bool { return p.clk.Now().Sub(p.started) < p.offlineAfter }

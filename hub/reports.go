@@ -1,0 +1,223 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/hub/trust"
+	"einsora.dev/edge/protocol"
+)
+
+// record saves what the agent reported and returns the machine's current
+// generation, and whether there is news for the controller: a changed
+// status, or a machine back from silence. An unchanged report of a machine
+// in touch costs the controller nothing. Reports arriving together are
+// written in one transaction (group commit, see reports).
+func (h *Hub) record(machineID string, req *protocol.SyncRequest) (gen int64, news bool, err error) {
+	p := &report{machineID: machineID, req: req, done: make(chan struct{}), lead: make(chan struct{})}
+	h.reports.submit(p, h.commitReports)
+	return p.gen, p.news, p.err
+}
+
+// reports batches the sync path's writes: the reports that arrive while one
+// batch commits make up the next, so a thousand agents reporting at once
+// (after a hub restart, say) cost a handful of transactions, not a thousand.
+// There is no goroutine of its own: the first caller of a batch commits it,
+// then hands the lead to the first caller waiting.
+type reports struct {
+	// mu guards the following fields.
+	mu      sync.Mutex
+	queue   []*report
+	leading bool
+}
+
+type report struct {
+	machineID string
+	req       *protocol.SyncRequest
+	// Set by the commit, before done is closed.
+	gen  int64
+	news bool
+	err  error
+	done chan struct{}
+	// lead is closed to hand this caller the next batch.
+	lead chan struct{}
+}
+
+// submit queues p and returns once it is committed. It does not give up
+// on a cancelled caller: a queued report is written anyway, and a caller
+// that left could not take the lead it may be handed.
+func (r *reports) submit(p *report, commit func([]*report)) {
+	r.mu.Lock()
+	r.queue = append(r.queue, p)
+	first := !r.leading
+	r.leading = true
+	r.mu.Unlock()
+	if !first {
+		select {
+		case <-p.done:
+			return
+		case <-p.lead:
+		}
+	}
+	r.mu.Lock()
+	batch := r.queue
+	r.queue = nil
+	r.mu.Unlock()
+	commit(batch)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.queue) == 0 {
+		r.leading = false
+		return
+	}
+	close(r.queue[0].lead)
+}
+
+// commitReports writes a batch in one transaction. A report refused on its
+// own (an unknown or revoked machine) fails alone; a failing store fails
+// the batch.
+func (h *Hub) commitReports(batch []*report) {
+	now := h.clk.Now()
+	// No caller's context: the batch is everyone's.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := h.store.Update(ctx, func(tx store.Tx) error {
+		for _, p := range batch {
+			p.gen, p.news, p.err = 0, false, nil
+			if err := h.recordOne(tx, p, now); err != nil {
+				if errors.Is(err, ErrUnknownMachine) || errors.Is(err, ErrRevoked) {
+					p.err = err
+					continue
+				}
+				return err
+			}
+		}
+		return nil
+	})
+	for _, p := range batch {
+		if err != nil {
+			p.err = err
+		}
+		close(p.done)
+	}
+}
+
+// recordOne writes one report within a batch's transaction.
+func (h *Hub) recordOne(tx store.Tx, p *report, now time.Time) error {
+	m, err := tx.Machine(p.machineID)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("sync %s: %w", p.machineID, ErrUnknownMachine)
+	}
+	if err != nil {
+		return err
+	}
+	if m.Revoked {
+		return fmt.Errorf("sync %s: %w", p.machineID, ErrRevoked)
+	}
+	p.gen = m.Generation
+	p.news = h.presence.returning(m, now)
+	if err := h.noteReturn(tx, m, p.req, now); err != nil {
+		return err
+	}
+	m.LastSync = now
+	m.ReportedGeneration = p.req.Generation
+	m.AppliedGeneration = p.req.AppliedGeneration
+	m.AgentVersion = trust.Text(p.req.AgentVersion, protocol.MaxVersionLen)
+	if p.req.BootID != "" {
+		m.BootID = trust.Text(p.req.BootID, protocol.MaxIDLength)
+	}
+	if !p.req.AgentStarted.IsZero() {
+		m.AgentStarted = p.req.AgentStarted
+	}
+	if p.req.Inventory != nil {
+		h.acceptInventory(&m, p.req.Inventory)
+	}
+	if p.req.PreviousStoreID != "" {
+		h.log.Warn("agent reports that it saw the store change and kept what it held",
+			"machine", p.machineID, "previous_store", trust.Text(p.req.PreviousStoreID, protocol.MaxIDLength))
+	}
+	if err := tx.PutMachine(m); err != nil {
+		return err
+	}
+	before, err := tx.Statuses(p.machineID)
+	if err != nil {
+		return err
+	}
+	since := make(map[string]store.StatusRecord, len(before))
+	for _, s := range before {
+		since[s.Workload] = s
+	}
+	for _, s := range p.req.Statuses {
+		s.Detail = trust.Text(s.Detail, protocol.MaxDetail)
+		rec := store.StatusRecord{Machine: p.machineID, Status: s, At: now}
+		// At is when the status took its present form: an agent
+		// repeats its statuses on every sync, and repeating
+		// "progressing" is not progress.
+		if old, ok := since[s.Workload]; ok && sameReport(old.Status, s) {
+			if old.Generation == s.Generation {
+				continue
+			}
+			rec.At = old.At
+		}
+		if err := tx.PutStatus(rec); err != nil {
+			return err
+		}
+		p.news = true
+	}
+	return nil
+}
+
+// noteReturn writes on the timeline of a machine's workloads what happened
+// while the hub did not hear from it: a reboot (its workloads' processes are
+// gone), a restarted agent, or a partition (cut off, still running). The
+// boot ID and the agent's start time in each sync tell them apart.
+func (h *Hub) noteReturn(tx store.Tx, m store.Machine, req *protocol.SyncRequest, now time.Time) error {
+	if m.LastSync.IsZero() {
+		return nil
+	}
+	away := now.Sub(m.LastSync)
+	var text string
+	switch {
+	case m.BootID != "" && req.BootID != "" && m.BootID != trust.Text(req.BootID, protocol.MaxIDLength):
+		text = fmt.Sprintf("machine %s rebooted (last heard %s before); what ran there was restarted or is gone", m.ID, away.Round(time.Second))
+	case !m.AgentStarted.IsZero() && !req.AgentStarted.Equal(m.AgentStarted):
+		text = fmt.Sprintf("the agent on machine %s restarted; the machine did not reboot", m.ID)
+	case h.presence.cutOff(away):
+		text = fmt.Sprintf("machine %s was cut off for %s and is back; it did not reboot, so its workloads kept running", m.ID, away.Round(time.Second))
+	default:
+		return nil
+	}
+	h.log.Info(text)
+	ws, err := tx.Workloads(store.WorkloadFilter{Machine: m.ID})
+	if err != nil {
+		return err
+	}
+	for _, w := range ws {
+		if err := timeline(tx, h.clk.Now(), w.ID, text); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sameReport(a, b protocol.Status) bool {
+	return a.Attempt == b.Attempt && a.Mode == b.Mode && a.Code == b.Code && a.Detail == b.Detail &&
+		(a.ExitCode == nil) == (b.ExitCode == nil) && (a.ExitCode == nil || *a.ExitCode == *b.ExitCode)
+}
+
+// acceptInventory stores inv on m if it fits the machine, and logs it if
+// not: a lying inventory changes nothing.
+func (h *Hub) acceptInventory(m *store.Machine, inv *protocol.Inventory) {
+	if err := h.checkInventory(m, inv); err != nil {
+		h.log.Warn("inventory rejected", "machine", m.ID, "err", err)
+		return
+	}
+	if m.OS == "" {
+		m.OS, m.Arch = inv.OS, inv.Arch
+	}
+	m.Inventory = inv
+}
