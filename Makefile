@@ -9,7 +9,7 @@ BIN     := bin
 # Run from the module proxy, not a dependency of the module.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build run test test-short lint fmt bench darwin clean deb formula lint-deb release
+.PHONY: build run test test-short lint fmt bench bench-fleet darwin clean deb formula lint-deb release
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
@@ -37,6 +37,13 @@ fmt:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# The fleet benchmark: N simulated agents against a real einsora-hub serve
+# and against a stock Go TLS long poll; see docs/performance.md. Not part
+# of make test.
+N ?= 1000
+bench-fleet: build
+	$(GO) run ./scripts/fleetbench -n $(N) -hub $(BIN)/einsora-hub $(FLEETBENCH_FLAGS)
 
 darwin:
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...

@@ -130,8 +130,14 @@ func TestRefusedCertificates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := tt.tr().Sync(context.Background(), req)
+			// A refusal whose alert a reset lost is named by the agent's
+			// next try, on that try's one connection.
+			tr := tt.tr()
+			_, err := tr.Sync(context.Background(), req)
 			var refused *hubclient.TLSRefusedError
+			if !errors.As(err, &refused) {
+				_, err = tr.Sync(context.Background(), req)
+			}
 			if !errors.As(err, &refused) || !strings.Contains(err.Error(), tt.says) {
 				t.Fatalf("got %v, want the handshake refused, saying %q", err, tt.says)
 			}
