@@ -40,6 +40,18 @@ type MachineView struct {
 	Certificates []store.Certificate
 }
 
+// State is the machine's state as the dashboard and the metrics name it:
+// revoked, whatever else, then online or offline.
+func (v MachineView) State() string {
+	switch {
+	case v.Revoked:
+		return "revoked"
+	case v.Online:
+		return "online"
+	}
+	return "offline"
+}
+
 // Machines returns every machine.
 func (h *Hub) Machines(ctx context.Context) ([]MachineView, error) {
 	var ms []store.Machine

@@ -59,7 +59,7 @@ type machineRow struct {
 
 func (d *Dashboard) row(m hub.MachineView) machineRow {
 	r := machineRow{
-		ID: m.ID, Name: m.Name, Owner: m.Owner, Region: m.Region, State: machineState(m),
+		ID: m.ID, Name: m.Name, Owner: m.Owner, Region: m.Region, State: m.State(),
 		LastSync: m.LastSync, AgentVersion: m.AgentVersion, VersionOld: olderVersion(m.AgentVersion, d.cfg.Version),
 		Desired: m.Generation, Applied: m.AppliedGeneration, Drift: m.Generation - m.AppliedGeneration,
 		CertExpires: m.CertExpires,
@@ -75,16 +75,6 @@ func (d *Dashboard) row(m hub.MachineView) machineRow {
 		r.Drivers = inv.Drivers
 	}
 	return r
-}
-
-func machineState(m hub.MachineView) string {
-	switch {
-	case m.Revoked:
-		return "revoked"
-	case m.Online:
-		return "online"
-	}
-	return "offline"
 }
 
 // olderVersion reports whether agent's vMAJOR.MINOR.PATCH is below hub's;

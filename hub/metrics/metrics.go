@@ -241,20 +241,9 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ state, region string }
 	counts := map[key]int{}
 	for _, m := range ms {
-		counts[key{State(m), m.Region}]++
+		counts[key{m.State(), m.Region}]++
 	}
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(machinesDesc, prometheus.GaugeValue, float64(n), k.state, k.region)
 	}
-}
-
-// State is a machine's state as metrics and the dashboard name it.
-func State(m hub.MachineView) string {
-	switch {
-	case m.Revoked:
-		return "revoked"
-	case m.Online:
-		return "online"
-	}
-	return "offline"
 }
