@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/hub/trust"
@@ -34,7 +35,14 @@ func (h *Hub) RegisterMachine(ctx context.Context, id, name, owner, region strin
 // MachineView is a machine with what the hub derives about it.
 type MachineView struct {
 	store.Machine
+	// Online is false for a revoked machine (views.go).
 	Online bool
+	// OfflineSince is when an offline machine went silent; zero while
+	// it is online.
+	OfflineSince time.Time
+	// Sim is set when the machine's inventory offers the sim driver,
+	// which runs nothing.
+	Sim bool
 }
 
 // Machines returns every machine.
@@ -43,7 +51,7 @@ func (h *Hub) Machines(ctx context.Context) ([]MachineView, error) {
 	err := h.store.View(ctx, func(tx store.Tx) (err error) { ms, err = tx.Machines(); return err })
 	out := make([]MachineView, len(ms))
 	for i, m := range ms {
-		out[i] = MachineView{Machine: m, Online: h.presence.online(m)}
+		out[i] = h.view(m)
 	}
 	return out, err
 }
@@ -52,7 +60,10 @@ func (h *Hub) Machines(ctx context.Context) ([]MachineView, error) {
 func (h *Hub) Machine(ctx context.Context, id string) (MachineView, error) {
 	var m store.Machine
 	err := h.store.View(ctx, func(tx store.Tx) (err error) { m, err = tx.Machine(id); return err })
-	return MachineView{Machine: m, Online: err == nil && h.presence.online(m)}, err
+	if err != nil {
+		return MachineView{Machine: m}, err
+	}
+	return h.view(m), nil
 }
 
 // RemoveMachine forgets a machine, so its ID may enrol again (for another
@@ -90,7 +101,7 @@ func (h *Hub) RevokeMachine(ctx context.Context, id string) error {
 		if m.Revoked {
 			return nil
 		}
-		m.Revoked = true
+		m.Revoked, m.RevokedAt = true, h.clk.Now()
 		return tx.PutMachine(m)
 	})
 	if err != nil {
@@ -126,7 +137,7 @@ func (h *Hub) MachinesAfter(ctx context.Context, after string, limit int) ([]Mac
 	err := h.store.View(ctx, func(tx store.Tx) (err error) { ms, err = tx.MachinesAfter(after, limit); return err })
 	out := make([]MachineView, len(ms))
 	for i, m := range ms {
-		out[i] = MachineView{Machine: m, Online: h.presence.online(m)}
+		out[i] = h.view(m)
 	}
 	return out, err
 }

@@ -210,10 +210,10 @@ func machineCmd(g *globals) *cobra.Command {
 			if m.LastSync != nil {
 				last = m.LastSync.Format(time.RFC3339)
 			}
-			rows[i] = []string{m.ID, m.Name, m.Owner, m.Region, fmt.Sprint(m.Online), last,
-				fmt.Sprintf("%d/%d", m.AppliedGeneration, m.DesiredGeneration), m.AgentVersion}
+			rows[i] = []string{m.ID, m.Name, m.Owner, m.Region, machineState(m), last,
+				fmt.Sprintf("%d/%d", m.AppliedGeneration, m.DesiredGeneration), m.AgentVersion, simMark(m), certExpiry(m)}
 		}
-		table(ls, "ID\tNAME\tOWNER\tREGION\tONLINE\tLAST_SYNC\tAPPLIED/DESIRED\tAGENT", rows)
+		table(ls, "ID\tNAME\tOWNER\tREGION\tSTATE\tLAST_SYNC\tAPPLIED/DESIRED\tAGENT\tSIM\tCERT_EXPIRES", rows)
 		return nil
 	})
 	show := &cobra.Command{Use: "show ID", Short: "Show a machine, its inventory and drivers", Args: cli.Args(cobra.ExactArgs(1))}
@@ -225,7 +225,13 @@ func machineCmd(g *globals) *cobra.Command {
 				return orJSON(show, m, err)
 			}
 			out := show.OutOrStdout()
-			fmt.Fprintf(out, "id:          %s\nname:        %s\nowner:       %s\nregion:      %s\nonline:      %v\n", m.ID, m.Name, m.Owner, m.Region, m.Online)
+			fmt.Fprintf(out, "id:          %s\nname:        %s\nowner:       %s\nregion:      %s\nstate:       %s\n", m.ID, m.Name, m.Owner, m.Region, machineState(m))
+			if m.RevokedAt != nil {
+				fmt.Fprintf(out, "revoked_at:  %s\n", m.RevokedAt.Format(time.RFC3339))
+			}
+			if m.Sim {
+				fmt.Fprintf(out, "sim:         true (the sim driver runs nothing)\n")
+			}
 			fmt.Fprintf(out, "generation:  applied %d of %d\nagent:       %s\nplatform:    %s/%s\ndrivers:     %s\n",
 				m.AppliedGeneration, m.DesiredGeneration, m.AgentVersion, m.OS, m.Arch, strings.Join(m.Drivers, ", "))
 			if m.Inventory != nil {
@@ -276,7 +282,7 @@ func workloadCmd(g *globals) *cobra.Command {
 		}
 		rows := make([][]string, len(ws))
 		for i, w := range ws {
-			rows[i] = []string{w.ID, w.Name, w.Tenant, w.Kind, w.Class, w.State, w.Machine, w.Driver, fmt.Sprint(w.Attempt)}
+			rows[i] = []string{w.ID, w.Name, w.Tenant, w.Kind, w.Class, workloadState(w), w.Machine, w.Driver, fmt.Sprint(w.Attempt)}
 		}
 		table(ls, "ID\tNAME\tTENANT\tKIND\tCLASS\tSTATE\tMACHINE\tDRIVER\tATTEMPT", rows)
 		return nil
@@ -291,7 +297,7 @@ func workloadCmd(g *globals) *cobra.Command {
 				return orJSON(show, w, err)
 			}
 			fmt.Fprintf(show.OutOrStdout(), "id:       %s\nname:     %s\ntenant:   %s\nkind:     %s\nclass:    %s\nregion:   %s\nimage:    %s\nstate:    %s\nmachine:  %s\ndriver:   %s\nattempt:  %d\nreason:   %s\n",
-				w.ID, w.Name, w.Tenant, w.Kind, w.Class, w.Region, w.Image, w.State, w.Machine, w.Driver, w.Attempt, w.Reason)
+				w.ID, w.Name, w.Tenant, w.Kind, w.Class, w.Region, w.Image, workloadState(w), w.Machine, w.Driver, w.Attempt, w.Reason)
 			return nil
 		})(cmd, args)
 	}

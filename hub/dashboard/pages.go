@@ -204,7 +204,8 @@ func events(m hub.MachineView) []event {
 	add(m.AgentStarted, "agent started (boot "+cmp.Or(m.BootID, "unknown")+")")
 	add(m.LastSync, "last sync")
 	if m.Revoked {
-		es = append(es, event{Text: "revoked"})
+		// RevokedAt is zero for machines revoked before it was kept.
+		es = append(es, event{m.RevokedAt, "revoked"})
 	}
 	add(m.CertExpires, "certificate expires")
 	slices.SortStableFunc(es, func(a, b event) int { return a.At.Compare(b.At) })

@@ -36,6 +36,7 @@ var migrations = []string{
 	`CREATE TABLE tokens (hash TEXT PRIMARY KEY, owner TEXT NOT NULL, region TEXT NOT NULL, created BIGINT NOT NULL,
 		expires BIGINT NOT NULL, used BIGINT NOT NULL);
 	CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, epoch BIGINT NOT NULL, expires BIGINT NOT NULL);`,
+	`ALTER TABLE machines ADD COLUMN revoked_at BIGINT NOT NULL DEFAULT 0;`,
 }
 
 // migrationLock is the key of the advisory lock every migration
