@@ -46,6 +46,10 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Drivers is the hub's driver table; nil means placement.DefaultDrivers.
 	Drivers []placement.Driver
+	// AllowSim lets machines that offer the sim driver, which runs
+	// nothing, sync; without it their syncs are refused (ErrSimRefused).
+	// Development hubs (solo, tests) set it.
+	AllowSim bool
 	// CA signs machines' certificates at enrolment and renewal; nil for a
 	// hub that enrols none (solo).
 	CA *ca.CA

@@ -36,7 +36,7 @@ func runHub(t *testing.T, region string) (data, adminURL, agentURL string) {
 	go func() {
 		done <- serve.Run(ctx, serve.Options{
 			DataDir: data, Listen: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", Region: region, Logger: discard, Version: "v9.9.9",
-			Hub:   hub.Config{PollTimeout: time.Second},
+			Hub:   hub.Config{PollTimeout: time.Second, AllowSim: true},
 			Ready: func(a, b string) { ready <- [2]string{a, b} },
 		})
 	}()

@@ -118,6 +118,8 @@ func Run(ctx context.Context, opts Options) error {
 	defer st.Close()
 	hcfg := opts.Hub
 	hcfg.Store, hcfg.Logger, hcfg.Clock = st, log, clk
+	// Solo is for development: its agent may well run the sim driver.
+	hcfg.AllowSim = true
 	if hcfg.HolderID == "" {
 		// The agent's lock proves no other solo runs on this data
 		// directory, so a restarted solo may take its own lease back at
