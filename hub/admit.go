@@ -16,7 +16,7 @@ import (
 func (c *Controller) admit(ctx context.Context) error {
 	var wakes changes
 	err := c.store.Update(ctx, func(tx store.Tx) error {
-		wakes = wakes[:0]
+		wakes, c.placed = wakes[:0], c.placed[:0]
 		if err := c.fence(tx); err != nil {
 			return err
 		}
@@ -48,13 +48,14 @@ func (c *Controller) admit(ctx context.Context) error {
 		return fmt.Errorf("admit: %w", err)
 	}
 	tell(c.backend, wakes)
+	c.countPlacements(c.placed)
 	return nil
 }
 
 func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[string]store.Class, w *store.Workload, wakes *changes) error {
 	class, ok := classes[w.Class]
 	if !ok {
-		return c.queue(tx, w, "its class "+w.Class+" no longer exists")
+		return c.queue(tx, w, ReasonClassMissing, "its class "+w.Class+" no longer exists")
 	}
 	pw := placement.Workload{ID: w.ID, Tenant: w.Tenant, Region: w.Region, Kind: w.Kind, Class: w.Class, Image: w.Image}
 	if w.Machine != "" {
@@ -64,7 +65,7 @@ func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[s
 	d, err := fleet.Place(pw, placement.Class(class))
 	var nofit *placement.NoFit
 	if errors.As(err, &nofit) {
-		return c.queue(tx, w, nofit.Reason)
+		return c.queue(tx, w, nofit.Code, nofit.Reason)
 	}
 	if err != nil {
 		return err
@@ -95,6 +96,7 @@ func (c *Controller) place(tx store.Tx, w *store.Workload, d placement.Decision,
 	}
 	w.State, w.Reason, w.Since, w.ModeGeneration = store.StateProvisioning, "", c.clk.Now(), gen
 	wakes.add(protocol.ModeRun, w.ID, d.Machine)
+	c.placed = append(c.placed, placementOutcome{OutcomePlaced, ReasonNone})
 	if err := tx.PutWorkload(*w); err != nil {
 		return err
 	}
@@ -104,10 +106,11 @@ func (c *Controller) place(tx store.Tx, w *store.Workload, d placement.Decision,
 // queue leaves w waiting with reason, writing the timeline only when the
 // reason changed, so a workload waiting for hours has one line, not
 // thousands.
-func (c *Controller) queue(tx store.Tx, w *store.Workload, reason string) error {
+func (c *Controller) queue(tx store.Tx, w *store.Workload, code, reason string) error {
 	if w.State == store.StateQueued && w.Reason == reason {
 		return nil
 	}
+	c.placed = append(c.placed, placementOutcome{OutcomeQueued, code})
 	w.State, w.Reason, w.Since = store.StateQueued, reason, c.clk.Now()
 	c.log.Info("admit: queued", "workload", w.ID, "reason", reason, "epoch", c.leaderEpoch())
 	if err := tx.PutWorkload(*w); err != nil {

@@ -39,6 +39,8 @@ type Controller struct {
 	silent bool
 
 	lead leadership
+	// placed holds the admit pass's decisions until it commits.
+	placed []placementOutcome
 }
 
 // newController returns the controller of cfg.Region; cfg has its
@@ -101,6 +103,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 }
 
 func (c *Controller) pass(ctx context.Context) error {
+	defer c.timePass(c.clk.Now())
 	return errors.Join(c.observe(ctx), c.admit(ctx), c.sweep(ctx))
 }
 

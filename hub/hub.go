@@ -46,6 +46,9 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Drivers is the hub's driver table; nil means placement.DefaultDrivers.
 	Drivers []placement.Driver
+	// Metrics records wake latency, controller passes and placements;
+	// nil records nothing.
+	Metrics Metrics
 	// AllowSim lets machines that offer the sim driver, which runs
 	// nothing, sync; without it their syncs are refused (ErrSimRefused).
 	// Development hubs (solo, tests) set it.
@@ -131,6 +134,9 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 	}
 	if cfg.Drivers == nil {
 		cfg.Drivers = placement.DefaultDrivers
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
 	}
 	h := &Hub{
 		store:   cfg.Store,

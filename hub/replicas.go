@@ -57,7 +57,9 @@ func (h *Hub) listenReplicas(ctx context.Context, wg *sync.WaitGroup) {
 		case strings.HasPrefix(payload, observePrefix):
 			h.ctl.markDirty(strings.TrimPrefix(payload, observePrefix))
 		default:
-			h.polls.wake(payload)
+			// The other replica's commit time is not known here, so
+			// this wake-up is left out of wake latency.
+			h.polls.wake(payload, time.Time{})
 		}
 	})
 	if err != nil && ctx.Err() == nil {

@@ -79,7 +79,7 @@ func New(o Options) *Hub {
 		admit: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "einsora_hub_admit_pass_seconds",
 			Help: "Duration of one controller pass (admission and placement).", Buckets: latency}),
 		placements: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "einsora_hub_placements_total",
-			Help: "Placement decisions, by outcome (placed, queued, refused) and reason code."}, []string{"outcome", "reason"}),
+			Help: "Placement decisions, by outcome (placed, queued) and reason code."}, []string{"outcome", "reason"}),
 		commit: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "einsora_hub_store_commit_seconds",
 			Help: "Duration of store write transactions, commit included.", Buckets: latency}),
 		handshakes: prometheus.NewCounter(prometheus.CounterOpts{Name: "einsora_hub_tls_handshakes_total",
@@ -152,7 +152,7 @@ func (m *Hub) AdmitPass(d time.Duration) {
 }
 
 // Placement counts one placement decision; reason is a placement reason
-// code (bounded), "" when placed.
+// code (bounded: placement.Codes and the hub's), "none" when placed.
 func (m *Hub) Placement(outcome, reason string) {
 	if m != nil {
 		m.placements.WithLabelValues(outcome, reason).Inc()
@@ -258,3 +258,6 @@ func State(m hub.MachineView) string {
 	}
 	return "offline"
 }
+
+// The hub measures through this package.
+var _ hub.Metrics = (*Hub)(nil)

@@ -104,6 +104,7 @@ func Run(ctx context.Context, opts Options) error {
 	m := metrics.New(metrics.Options{Region: cmp.Or(opts.Region, "local"), Version: opts.Version})
 	hcfg := opts.Hub
 	hcfg.Store, hcfg.CA, hcfg.Region, hcfg.Logger, hcfg.Clock = timeStore(st, m, clk), authority, opts.Region, log, clk
+	hcfg.Metrics = m
 	h, err := hub.New(ctx, hcfg)
 	if err != nil {
 		return errorf("%w", err)
