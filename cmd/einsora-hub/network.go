@@ -20,6 +20,7 @@ import (
 func serveCmd() *cobra.Command {
 	var opts serve.Options
 	var verbose bool
+	var format cli.LogFormat
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a networked hub: agents enrol and sync over HTTPS with mutual TLS",
@@ -29,7 +30,7 @@ authority in --data. SIGINT or SIGTERM drains: waiting agents are told to reconn
 --drain-to, if set) before the hub exits.`,
 		Args: cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts.Logger = newLogger(verbose)
+			opts.Logger = newLogger(cmd.ErrOrStderr(), format, verbose)
 			opts.Version = version
 			opts.Ready = func(adminURL, agentURL string) {
 				fmt.Fprintf(cmd.OutOrStdout(), "einsora-hub serve: admin API on %s, agents connect to %s, data in %s\n", adminURL, agentURL, opts.DataDir)
@@ -55,6 +56,7 @@ authority in --data. SIGINT or SIGTERM drains: waiting agents are told to reconn
 	f.DurationVar(&opts.Hub.PollTimeout, "poll-timeout", 0, "how long a sync is held when nothing changed (default 25s)")
 	f.DurationVar(&opts.ClientCertLifetime, "cert-lifetime", 0, "how long machines' certificates are valid (default 720h); agents renew at about 70%")
 	f.BoolVar(&verbose, "verbose", false, "log debug messages")
+	f.Var(&format, "log-format", "log as text or json (one object a line)")
 	limitFlags(f, &opts.Limits)
 	return cmd
 }

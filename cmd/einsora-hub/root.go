@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -56,12 +57,13 @@ func versionCmd() *cobra.Command {
 func soloCmd() *cobra.Command {
 	var opts solo.Options
 	var verbose bool
+	var format cli.LogFormat
 	cmd := &cobra.Command{
 		Use:   "solo",
 		Short: "Run the hub and an agent for this machine in one process (owner local, region local)",
 		Args:  cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts.Logger = newLogger(verbose)
+			opts.Logger = newLogger(cmd.ErrOrStderr(), format, verbose)
 			opts.Version = version
 			opts.Ready = func(url string) {
 				fmt.Fprintf(cmd.OutOrStdout(), "einsora-hub solo: admin API on %s, data in %s\n", url, opts.DataDir)
@@ -77,17 +79,17 @@ func soloCmd() *cobra.Command {
 	cmd.Flags().StringVar(&opts.Drivers, "drivers", "auto", "drivers the in-process agent offers: sim, docker, docker-sandbox, macos-native, or auto (every real runtime that answers; never sim)")
 	cmd.Flags().DurationVar(&opts.Hub.PollTimeout, "poll-timeout", 0, "how long a sync is held when nothing changed (default 25s)")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "log debug messages")
+	cmd.Flags().Var(&format, "log-format", "log as text or json (one object a line)")
 	return cmd
 }
 
-// newLogger logs structured text to stderr, debug messages too when
-// verbose.
-func newLogger(verbose bool) *slog.Logger {
+// newLogger logs to w in format, debug messages too when verbose.
+func newLogger(w io.Writer, format cli.LogFormat, verbose bool) *slog.Logger {
 	level := slog.LevelInfo
 	if verbose {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return format.Logger(w, level)
 }
 
 type globals struct {
