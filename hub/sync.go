@@ -36,7 +36,7 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 		return nil, err
 	}
 	if news {
-		h.ctl.markDirty(machineID)
+		h.markDirty(machineID)
 		h.notifyReplicas(ctx, observePrefix+machineID)
 	}
 	woken := false
