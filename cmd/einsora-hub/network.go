@@ -49,7 +49,7 @@ authority in --data. SIGINT or SIGTERM drains: waiting agents are told to reconn
 	f.StringVar(&opts.AdminTLSCert, "admin-tls-cert", "", "PEM certificate (chain) the admin API serves HTTPS with; needs --admin-tls-key")
 	f.StringVar(&opts.AdminTLSKey, "admin-tls-key", "", "PEM private key of --admin-tls-cert")
 	f.BoolVar(&opts.AdminInsecure, "admin-insecure", false, "let the admin API serve plain HTTP beyond loopback, the admin token crossing the network in cleartext")
-	f.StringVar(&opts.Region, "region", "local", "region this hub's controller places workloads in")
+	f.StringArrayVar(&opts.Regions, "region", []string{"local"}, "region this hub leads, placing its workloads (repeatable; '*' leads every region that has a machine or a token); each has its own lease, so replicas can split regions")
 	f.BoolVar(&opts.Hub.AllowSim, "allow-sim", false, "accept machines that offer the sim driver, which runs nothing (development and tests)")
 	f.StringArrayVar(&opts.Names, "name", nil, "a host name or address agents use to reach the hub (repeatable); the server certificate holds it")
 	f.StringVar(&opts.DrainTo, "drain-to", "", "on shutdown, send waiting agents to this hub URL (https://HOST:PORT) instead of back here")

@@ -32,7 +32,9 @@ const (
 type Fleet interface {
 	Machines(ctx context.Context) ([]hub.MachineView, error)
 	WaitingPolls() int
-	Leadership() (leading bool, changed <-chan struct{})
+	// LeadingRegions says, for each region the hub runs a controller
+	// for, whether it leads it now.
+	LeadingRegions() map[string]bool
 }
 
 // Hub holds the hub's metrics.
@@ -109,14 +111,7 @@ func New(o Options) *Hub {
 func (m *Hub) Watch(f Fleet) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "einsora_hub_long_polls",
 		Help: "Agent polls held open now."}, func() float64 { return float64(f.WaitingPolls()) }))
-	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "einsora_hub_leader",
-		Help: "1 while this hub holds its region's controller lease.", ConstLabels: prometheus.Labels{"region": m.region}},
-		func() float64 {
-			if leading, _ := f.Leadership(); leading {
-				return 1
-			}
-			return 0
-		}))
+	m.reg.MustRegister(leaderCollector{f})
 	m.reg.MustRegister(&fleetCollector{fleet: f, timeout: m.timeout, errs: m.scrapeErrors})
 }
 
@@ -214,6 +209,24 @@ func ResultOf(status int) string {
 		return ResultInvalid
 	}
 	return ResultError
+}
+
+var leaderDesc = prometheus.NewDesc("einsora_hub_leader", "1 while this hub holds the region's controller lease, 0 while it stands by.", []string{"region"}, nil)
+
+// leaderCollector reports each region this hub runs a controller for
+// (bounded by hub.MaxRegions).
+type leaderCollector struct{ fleet Fleet }
+
+func (c leaderCollector) Describe(ch chan<- *prometheus.Desc) { ch <- leaderDesc }
+
+func (c leaderCollector) Collect(ch chan<- prometheus.Metric) {
+	for region, leading := range c.fleet.LeadingRegions() {
+		v := 0.0
+		if leading {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, v, region)
+	}
 }
 
 var machinesDesc = prometheus.NewDesc("einsora_hub_machines", "Machines by state (online, offline, revoked) and region.", []string{"state", "region"}, nil)
