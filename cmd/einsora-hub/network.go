@@ -112,6 +112,7 @@ func tokenCmd(g *globals) *cobra.Command {
 			return orJSON(create, t, err)
 		}
 		fmt.Fprintln(create.OutOrStdout(), t.Token)
+		warn(create, t.Warning)
 		fmt.Fprintf(create.ErrOrStderr(), "single-use token for owner %s in region %s, valid until %s; on the machine run: einsora-agent enroll --hub https://HUB:8443 --token TOKEN\n",
 			t.Owner, t.Region, t.Expires.Local().Format(time.RFC3339))
 		return nil

@@ -272,6 +272,7 @@ func workloadCmd(g *globals) *cobra.Command {
 			return err
 		}
 		fmt.Fprintln(create.OutOrStdout(), w.ID)
+		warn(create, w.Warning)
 		return nil
 	})
 

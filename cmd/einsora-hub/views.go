@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"einsora.dev/edge/hub/adminapi"
@@ -42,4 +43,11 @@ func workloadState(w adminapi.Workload) string {
 		return fmt.Sprintf("unknown (machine offline since %s)", w.UnknownSince.Format(time.RFC3339))
 	}
 	return w.State
+}
+
+// warn prints the hub's warning, if any, as one line on stderr.
+func warn(cmd interface{ ErrOrStderr() io.Writer }, warning string) {
+	if warning != "" {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning:", warning)
+	}
 }

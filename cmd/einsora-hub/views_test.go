@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"einsora.dev/edge/hub/adminapi"
 )
@@ -21,5 +24,20 @@ func TestWorkloadStateNeverClaimsRunningOffline(t *testing.T) {
 	}
 	if simMark(adminapi.Machine{Sim: true}) != "SIM" || simMark(adminapi.Machine{}) != "" {
 		t.Error("sim marker wrong")
+	}
+}
+
+func TestWarnIsOneLineOnStderr(t *testing.T) {
+	var out, errb bytes.Buffer
+	cmd := &cobra.Command{}
+	cmd.SetOut(&out)
+	cmd.SetErr(&errb)
+	warn(cmd, "")
+	if errb.Len() != 0 {
+		t.Errorf("no warning printed %q", errb.String())
+	}
+	warn(cmd, "no hub leads region asia now")
+	if got := errb.String(); got != "warning: no hub leads region asia now\n" || out.Len() != 0 {
+		t.Errorf("got stderr %q, stdout %q", got, out.String())
 	}
 }

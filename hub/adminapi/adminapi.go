@@ -70,6 +70,9 @@ type Workload struct {
 	// revoked: State is then only what the machine last reported, and
 	// what it does now is unknown since this time.
 	UnknownSince *time.Time `json:"unknown_since,omitempty"`
+	// Warning, on creation only, is set when no hub leads Region now:
+	// the workload stays pending until one does.
+	Warning string `json:"warning,omitempty"`
 }
 
 // TimelineEntry is one line of a workload's history.

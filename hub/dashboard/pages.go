@@ -256,6 +256,9 @@ type workloadsData struct {
 	Tenant, Region, State string
 	Tenants, Regions      []string
 	States                []store.State
+	// Unled warns of the regions with waiting workloads that no hub
+	// leads.
+	Unled []string
 }
 
 func (d *Dashboard) workloads(w http.ResponseWriter, r *http.Request, s session) {
@@ -267,8 +270,20 @@ func (d *Dashboard) workloads(w http.ResponseWriter, r *http.Request, s session)
 	q := r.URL.Query()
 	data := workloadsData{Tenant: q.Get("tenant"), Region: q.Get("region"), State: q.Get("state"), States: store.States}
 	tenants, regions := map[string]bool{}, map[string]bool{}
+	waiting := map[string]bool{}
 	for _, wl := range ws {
 		tenants[wl.Tenant], regions[wl.Region] = true, true
+		if wl.State == store.StatePending || wl.State == store.StateQueued {
+			waiting[wl.Region] = true
+		}
+	}
+	for _, region := range sortedKeys(waiting) {
+		if len(data.Unled) == maxUnledShown {
+			break
+		}
+		if w := d.cfg.Hub.UnledWarning(r.Context(), region); w != "" {
+			data.Unled = append(data.Unled, w)
+		}
 	}
 	data.Tenants, data.Regions = sortedKeys(tenants), sortedKeys(regions)
 	ws = slices.DeleteFunc(ws, func(wl store.Workload) bool {
@@ -279,6 +294,9 @@ func (d *Dashboard) workloads(w http.ResponseWriter, r *http.Request, s session)
 	data.Rows, data.Pager = ws[lo:hi], pg
 	d.render(w, r, http.StatusOK, "workloads", view{Title: "Workloads", Nav: "workloads", CSRF: s.csrf, Data: data})
 }
+
+// maxUnledShown bounds the regions the workloads page asks about.
+const maxUnledShown = 10
 
 func sortedKeys(m map[string]bool) []string {
 	out := make([]string, 0, len(m))
@@ -344,6 +362,8 @@ type tokensData struct {
 	Token              string
 	Expires            time.Time
 	Command            string
+	// Warning says no hub leads the new token's region.
+	Warning string
 }
 
 func (d *Dashboard) tokens(w http.ResponseWriter, r *http.Request, s session) {
@@ -373,6 +393,7 @@ func (d *Dashboard) createToken(w http.ResponseWriter, r *http.Request, s sessio
 		return
 	}
 	data.Token, data.Expires = tok.String(), exp
+	data.Warning = d.cfg.Hub.UnledWarning(r.Context(), data.Region)
 	data.Command = "einsora-agent enroll --hub " + cmp.Or(d.cfg.AgentURL, "https://HUB:8443") + " --token " + data.Token
 	v.Notice = "Token created. It is shown once: copy the command now."
 	if data.List, err = d.tokenRows(r); err != nil {

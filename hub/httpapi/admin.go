@@ -193,7 +193,9 @@ func (a *API) createWorkload(w http.ResponseWriter, r *http.Request) {
 		a.adminFail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, workloadOut(wl, hub.MachineView{}))
+	out := workloadOut(wl, hub.MachineView{})
+	out.Warning = a.hub.UnledWarning(r.Context(), wl.Region)
+	writeJSON(w, http.StatusCreated, out)
 }
 
 func (a *API) showWorkload(w http.ResponseWriter, r *http.Request) {
@@ -251,5 +253,6 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request) {
 		a.adminFail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, adminapi.Token{Token: tok.String(), Owner: in.Owner, Region: in.Region, Expires: expires})
+	writeJSON(w, http.StatusCreated, adminapi.Token{Token: tok.String(), Owner: in.Owner, Region: in.Region, Expires: expires,
+		Warning: a.hub.UnledWarning(r.Context(), in.Region)})
 }

@@ -43,6 +43,8 @@ type Hub interface {
 	ParkWorkload(ctx context.Context, id string) error
 	DeleteWorkload(ctx context.Context, id string) error
 	Timeline(ctx context.Context, id string) ([]store.TimelineEntry, error)
+	// UnledWarning is one line when no hub leads region now, else "".
+	UnledWarning(ctx context.Context, region string) string
 }
 
 var _ Hub = (*hub.Hub)(nil)

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -54,5 +55,32 @@ func TestAdminFieldsTellTheTruth(t *testing.T) {
 		if m.Online || m.OfflineSince == nil || !m.Sim || m.Revoked != (m.ID == other) {
 			t.Errorf("machine %s: got %+v", m.ID, m)
 		}
+	}
+}
+
+// Creating a workload or a token for a region no hub leads warns; for the
+// hub's own region it does not.
+func TestUnledRegionWarns(t *testing.T) {
+	h, _ := newEnrolHub(t)
+	_, c := adminServer(t, h)
+	ctx := t.Context()
+	for region, warns := range map[string]bool{"local": false, "asia": true} {
+		w, err := c.CreateWorkload(ctx, adminapi.CreateWorkload{Tenant: "acme", Name: "w-" + region, Kind: "container", Class: "cpu-1", Region: region})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (w.Warning != "") != warns || warns && !strings.Contains(w.Warning, "region "+region) {
+			t.Errorf("workload in %s: warning %q", region, w.Warning)
+		}
+		tok, err := c.CreateToken(ctx, "acme", region, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (tok.Warning != "") != warns {
+			t.Errorf("token for %s: warning %q", region, tok.Warning)
+		}
+	}
+	if w, err := c.Workloads(ctx); err != nil || len(w) != 2 || w[0].Warning != "" {
+		t.Errorf("listed workloads carry a warning: %+v, %v", w, err)
 	}
 }

@@ -43,6 +43,13 @@ func TestReplicasSplitRegions(t *testing.T) {
 	if got := b.LeadingRegions(); !got["us"] {
 		t.Errorf("hub-b leads %v, want us", got)
 	}
+	// hub-b runs no controller for eu, but sees hub-a's live lease on it.
+	if led, err := b.RegionLed(ctx, "eu"); err != nil || !led {
+		t.Errorf("hub-b: RegionLed(eu) = %v, %v; want true", led, err)
+	}
+	if led, err := b.RegionLed(ctx, "asia"); err != nil || led {
+		t.Errorf("hub-b: RegionLed(asia) = %v, %v; want false", led, err)
+	}
 	ids := map[string]string{}
 	for _, region := range []string{"eu", "us"} {
 		w, err := a.CreateWorkload(ctx, hub.WorkloadSpec{Tenant: "local", Name: "w-" + region, Kind: protocol.KindContainer, Class: "cpu-1", Region: region})
