@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -101,5 +102,30 @@ func TestHubLeadsEveryRegion(t *testing.T) {
 	}
 	if led, _ := h.RegionLed(t.Context(), "anywhere"); !led {
 		t.Error(`a "*" hub says a region goes unled`)
+	}
+}
+
+// The controllers one hub runs are bounded, however many regions the
+// store names.
+func TestRegionsAreBounded(t *testing.T) {
+	h := openRegionsHub(t, AllRegions)
+	for i := range MaxRegions + 10 {
+		h.addRegion(fmt.Sprintf("r-%d", i))
+	}
+	if n := len(h.Regions()); n != MaxRegions {
+		t.Errorf("%d regions run, want at most %d", n, MaxRegions)
+	}
+	if h.addRegion("one-more") {
+		t.Error("a region beyond the bound was accepted")
+	}
+	if _, err := New(context.Background(), Config{Store: h.st, Regions: make([]string, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	many := make([]string, MaxRegions+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("r-%d", i)
+	}
+	if _, err := New(context.Background(), Config{Store: h.st, Regions: many}); err == nil {
+		t.Error("a hub with more than MaxRegions regions started")
 	}
 }
