@@ -39,8 +39,6 @@ type Controller struct {
 	silent bool
 
 	lead leadership
-	// placed holds the admit pass's decisions until it commits.
-	placed []placementOutcome
 }
 
 // newController returns the controller of cfg.Region; cfg has its
