@@ -376,3 +376,30 @@ func TestOlderVersion(t *testing.T) {
 		}
 	}
 }
+
+// A workload on an offline machine shows its state as unknown since the
+// machine went silent, in the list, on the machine's page and its own.
+func TestWorkloadOnAnOfflineMachineIsUnknown(t *testing.T) {
+	silent := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	f := &fakeHub{
+		machines: []hub.MachineView{
+			{Machine: store.Machine{ID: "m-off", Region: "eu"}, OfflineSince: silent},
+			{Machine: store.Machine{ID: "m-on", Region: "eu"}, Online: true},
+		},
+		wls: []store.Workload{
+			{ID: "w-off", Tenant: "acme", Region: "eu", State: store.StateRunning, Machine: "m-off"},
+			{ID: "w-on", Tenant: "acme", Region: "eu", State: store.StateRunning, Machine: "m-on"},
+		},
+	}
+	srv, c := newTest(t, f)
+	signIn(t, srv, c)
+	const unknown = "unknown: machine offline since"
+	for _, page := range []string{"workloads?frag=1", "machines/m-off", "workloads/w-off"} {
+		if _, body := get(t, c, srv.URL+Prefix+page); strings.Count(body, unknown) != 1 {
+			t.Errorf("%s: %d unknown states, want 1", page, strings.Count(body, unknown))
+		}
+	}
+	if _, body := get(t, c, srv.URL+Prefix+"workloads/w-on"); strings.Contains(body, unknown) {
+		t.Error("a workload on an online machine reads unknown")
+	}
+}

@@ -182,7 +182,7 @@ func (d *Dashboard) machines(w http.ResponseWriter, r *http.Request, s session) 
 type machineData struct {
 	M         machineRow
 	V         hub.MachineView
-	Workloads []store.Workload
+	Workloads []workloadRow
 	Events    []event
 }
 
@@ -224,7 +224,7 @@ func (d *Dashboard) machine(w http.ResponseWriter, r *http.Request, s session) {
 		return
 	}
 	d.render(w, r, http.StatusOK, "machine", view{Title: "Machine " + cmp.Or(m.Name, m.ID), Nav: "machines", CSRF: s.csrf,
-		Data: machineData{M: d.row(m), V: m, Workloads: ws, Events: events(m)}})
+		Data: machineData{M: d.row(m), V: m, Workloads: d.workloadRows(r.Context(), ws, m), Events: events(m)}})
 }
 
 func (d *Dashboard) revokeForm(w http.ResponseWriter, r *http.Request, s session) {
@@ -251,7 +251,7 @@ func (d *Dashboard) revoke(w http.ResponseWriter, r *http.Request, s session) {
 }
 
 type workloadsData struct {
-	Rows                  []store.Workload
+	Rows                  []workloadRow
 	Pager                 pager
 	Tenant, Region, State string
 	Tenants, Regions      []string
@@ -291,7 +291,7 @@ func (d *Dashboard) workloads(w http.ResponseWriter, r *http.Request, s session)
 			data.State != "" && string(wl.State) != data.State
 	})
 	lo, hi, pg := paginate(len(ws), d.cfg.PageSize, q)
-	data.Rows, data.Pager = ws[lo:hi], pg
+	data.Rows, data.Pager = d.workloadRows(r.Context(), ws[lo:hi]), pg
 	d.render(w, r, http.StatusOK, "workloads", view{Title: "Workloads", Nav: "workloads", CSRF: s.csrf, Data: data})
 }
 
@@ -308,7 +308,7 @@ func sortedKeys(m map[string]bool) []string {
 }
 
 type workloadData struct {
-	W        store.Workload
+	W        workloadRow
 	Timeline []store.TimelineEntry
 }
 
@@ -324,7 +324,7 @@ func (d *Dashboard) workload(w http.ResponseWriter, r *http.Request, s session) 
 		return
 	}
 	d.render(w, r, http.StatusOK, "workload", view{Title: "Workload " + cmp.Or(wl.Name, wl.ID), Nav: "workloads", CSRF: s.csrf,
-		Data: workloadData{W: wl, Timeline: tl}})
+		Data: workloadData{W: d.workloadRows(r.Context(), []store.Workload{wl})[0], Timeline: tl}})
 }
 
 // tokenRow is a token as the list shows it.
