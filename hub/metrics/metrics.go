@@ -51,13 +51,11 @@ type Hub struct {
 	renewals     *prometheus.CounterVec
 	revocations  prometheus.Counter
 	scrapeErrors prometheus.Counter
-	region       string
 	timeout      time.Duration
 }
 
 // Options configures New.
 type Options struct {
-	Region  string
 	Version string
 	// Timeout bounds the machines read at each scrape.
 	Timeout time.Duration
@@ -73,7 +71,7 @@ func New(o Options) *Hub {
 		o.Timeout = 5 * time.Second
 	}
 	m := &Hub{
-		reg: prometheus.NewRegistry(), region: o.Region, timeout: o.Timeout,
+		reg: prometheus.NewRegistry(), timeout: o.Timeout,
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "einsora_hub_syncs_total",
 			Help: "Agent syncs answered, by result."}, []string{"result"}),
 		wake: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "einsora_hub_wake_latency_seconds",

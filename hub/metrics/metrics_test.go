@@ -36,7 +36,7 @@ func TestFleetAtScrapeTime(t *testing.T) {
 		{Machine: store.Machine{ID: "c", Region: "eu"}},
 		{Machine: store.Machine{ID: "d", Region: "us", Revoked: true}, Online: true},
 	}}
-	m := New(Options{Region: "eu", Version: "v1.0.0"})
+	m := New(Options{Version: "v1.0.0"})
 	m.Watch(f)
 	m.StoreCommit(2 * time.Millisecond)
 	out := scrape(t, m)

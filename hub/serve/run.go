@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -105,7 +104,7 @@ func Run(ctx context.Context, opts Options) error {
 		return errorf("%w", err)
 	}
 	defer st.Close()
-	m := metrics.New(metrics.Options{Region: cmp.Or(opts.Region, "local"), Version: opts.Version})
+	m := metrics.New(metrics.Options{Version: opts.Version})
 	hcfg := opts.Hub
 	hcfg.Store, hcfg.CA, hcfg.Region, hcfg.Regions, hcfg.Logger, hcfg.Clock = timeStore(st, m, clk), authority, opts.Region, opts.Regions, log, clk
 	hcfg.Metrics = m

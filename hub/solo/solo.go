@@ -121,7 +121,7 @@ func Run(ctx context.Context, opts Options) error {
 	hcfg.Store, hcfg.Logger, hcfg.Clock = st, log, clk
 	// Solo is for development: its agent may well run the sim driver.
 	hcfg.AllowSim = true
-	m := metrics.New(metrics.Options{Region: Region, Version: opts.Version})
+	m := metrics.New(metrics.Options{Version: opts.Version})
 	hcfg.Metrics = m
 	if hcfg.HolderID == "" {
 		// The agent's lock proves no other solo runs on this data
