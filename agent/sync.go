@@ -79,7 +79,9 @@ func (a *Agent) syncLoop(ctx context.Context) {
 				continue
 			}
 			wait := bo.Next()
-			if first {
+			if msg, ok := simRefused(err); ok && first {
+				a.log.Error(msg, "wait", wait)
+			} else if first {
 				a.log.Warn("sync failed; retrying with backoff, still applying the last desired state", "err", err, "wait", wait)
 			} else {
 				a.log.Debug("sync failed again", "err", err, "attempt", bo.Attempt(), "wait", wait)

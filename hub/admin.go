@@ -115,7 +115,7 @@ func (h *Hub) CreateWorkload(ctx context.Context, spec WorkloadSpec) (store.Work
 	if err != nil {
 		return store.Workload{}, err
 	}
-	h.ctl.wakeController()
+	h.wakeControllers()
 	return w, nil
 }
 
@@ -185,7 +185,7 @@ func (h *Hub) change(ctx context.Context, id string, fn func(tx store.Tx, w *sto
 		return err
 	}
 	tell(h.backend, wakes)
-	h.ctl.wakeController()
+	h.wakeControllers()
 	return nil
 }
 

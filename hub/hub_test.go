@@ -46,7 +46,7 @@ func openTestHubAs(t *testing.T, path string, clk *clock.Fake, holder string) *t
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	h, err := New(context.Background(), Config{Store: st, Clock: clk, HolderID: holder, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := New(context.Background(), Config{AllowSim: true, Store: st, Clock: clk, HolderID: holder, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

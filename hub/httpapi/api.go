@@ -47,6 +47,8 @@ type Hub interface {
 	DeleteWorkload(ctx context.Context, id string) error
 	Timeline(ctx context.Context, id string) ([]store.TimelineEntry, error)
 	Counters() hub.Counters
+	// UnledWarning is one line when no hub leads region now, else "".
+	UnledWarning(ctx context.Context, region string) string
 }
 
 var _ Hub = (*hub.Hub)(nil)

@@ -120,6 +120,9 @@ type Decision struct {
 // has a free Apple GPU".
 type NoFit struct {
 	Reason string
+	// Code names the rule no machine passed, one of a small fixed set
+	// (Codes), for metrics' labels.
+	Code string
 }
 
 func (e *NoFit) Error() string { return e.Reason }

@@ -10,6 +10,23 @@ import (
 // reason turns the stage a placement failed at into a sentence for the
 // workload's timeline; driver is the driver at its limit at stageLimit.
 func (f *Fleet) reason(s stage, driver int, w *Workload, c *Class) *NoFit {
+	nf := f.reasonText(s, driver, w, c)
+	nf.Code = s.code()
+	return nf
+}
+
+// Codes are the values of NoFit.Code.
+var Codes = []string{"no_machine", "accelerator", "size", "driver", "isolation", "offline", "driver_limit", "devices_busy", "cpus_busy", "memory_busy"}
+
+// code is the stage's entry in Codes.
+func (s stage) code() string {
+	if s < 0 || int(s) >= len(Codes) {
+		return Codes[len(Codes)-1]
+	}
+	return Codes[s]
+}
+
+func (f *Fleet) reasonText(s stage, driver int, w *Workload, c *Class) *NoFit {
 	if w.Sticky() {
 		return f.stickyReason(s, driver, w, c)
 	}

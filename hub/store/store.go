@@ -186,6 +186,8 @@ type Machine struct {
 	Registered  time.Time
 	Revoked     bool
 	CertExpires time.Time
+	// RevokedAt is when an operator revoked the machine; zero if not.
+	RevokedAt time.Time
 }
 
 // State is a workload's state in the store.

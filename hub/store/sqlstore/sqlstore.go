@@ -294,7 +294,7 @@ func (t *tx) Class(name string) (store.Class, error) {
 }
 
 const machineCols = `id, name, owner, region, os, arch, generation, reported_generation, applied_generation,
-	last_sync, agent_version, boot_id, agent_started, inventory, registered, revoked, cert_expires`
+	last_sync, agent_version, boot_id, agent_started, inventory, registered, revoked, cert_expires, revoked_at`
 
 func (t *tx) PutMachine(m store.Machine) error {
 	var inv []byte
@@ -304,15 +304,15 @@ func (t *tx) PutMachine(m store.Machine) error {
 			return fmt.Errorf("machine %q: encode inventory: %w", m.ID, err)
 		}
 	}
-	_, err := t.exec(`INSERT INTO machines (`+machineCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	_, err := t.exec(`INSERT INTO machines (`+machineCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET name = excluded.name, owner = excluded.owner, region = excluded.region,
 		os = excluded.os, arch = excluded.arch, generation = excluded.generation,
 		reported_generation = excluded.reported_generation, applied_generation = excluded.applied_generation,
 		last_sync = excluded.last_sync, agent_version = excluded.agent_version, boot_id = excluded.boot_id,
 		agent_started = excluded.agent_started, inventory = excluded.inventory, registered = excluded.registered,
-		revoked = excluded.revoked, cert_expires = excluded.cert_expires`,
+		revoked = excluded.revoked, cert_expires = excluded.cert_expires, revoked_at = excluded.revoked_at`,
 		m.ID, m.Name, m.Owner, m.Region, m.OS, m.Arch, m.Generation, m.ReportedGeneration, m.AppliedGeneration,
-		ts(m.LastSync), m.AgentVersion, m.BootID, ts(m.AgentStarted), string(inv), ts(m.Registered), m.Revoked, ts(m.CertExpires))
+		ts(m.LastSync), m.AgentVersion, m.BootID, ts(m.AgentStarted), string(inv), ts(m.Registered), m.Revoked, ts(m.CertExpires), ts(m.RevokedAt))
 	if err != nil {
 		return fmt.Errorf("machine %q: %w", m.ID, err)
 	}
@@ -321,14 +321,15 @@ func (t *tx) PutMachine(m store.Machine) error {
 
 func scanMachine(sc interface{ Scan(...any) error }) (store.Machine, error) {
 	var m store.Machine
-	var lastSync, started, registered, certExpires int64
+	var lastSync, started, registered, certExpires, revokedAt int64
 	var inv string
 	err := sc.Scan(&m.ID, &m.Name, &m.Owner, &m.Region, &m.OS, &m.Arch, &m.Generation, &m.ReportedGeneration,
-		&m.AppliedGeneration, &lastSync, &m.AgentVersion, &m.BootID, &started, &inv, &registered, &m.Revoked, &certExpires)
+		&m.AppliedGeneration, &lastSync, &m.AgentVersion, &m.BootID, &started, &inv, &registered, &m.Revoked, &certExpires, &revokedAt)
 	if err != nil {
 		return m, err
 	}
 	m.LastSync, m.AgentStarted, m.Registered, m.CertExpires = fromTS(lastSync), fromTS(started), fromTS(registered), fromTS(certExpires)
+	m.RevokedAt = fromTS(revokedAt)
 	if inv != "" {
 		m.Inventory = new(protocol.Inventory)
 		if err := json.Unmarshal([]byte(inv), m.Inventory); err != nil {
