@@ -49,6 +49,9 @@ type Config struct {
 	// CA signs machines' certificates at enrolment and renewal; nil for a
 	// hub that enrols none (solo).
 	CA *ca.CA
+	// SecretKey (32 bytes, LoadOrCreateSecretKey) seals workloads' secret
+	// environment in the store; nil refuses secrets.
+	SecretKey []byte
 }
 
 // Defaults from ADR-0016 and the issues that refine it.
@@ -80,6 +83,9 @@ type Hub struct {
 	backend Backend
 	// ctl is the region's controller, run by Run.
 	ctl *Controller
+
+	// secrets seals and opens secret environment (hub/secrets.go).
+	secrets *sealer
 
 	// desired caches each machine's desired state under its generation
 	// (machine ID → *protocol.SyncResponse), read without a global lock.
@@ -128,7 +134,12 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 	if cfg.Drivers == nil {
 		cfg.Drivers = placement.DefaultDrivers
 	}
+	secrets, err := newSealer(cfg.SecretKey)
+	if err != nil {
+		return nil, err
+	}
 	h := &Hub{
+		secrets: secrets,
 		store:   cfg.Store,
 		clk:     cfg.Clock,
 		log:     cfg.Logger.With("component", "hub"),

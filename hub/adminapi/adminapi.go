@@ -58,6 +58,9 @@ type Workload struct {
 	Reason  string    `json:"reason"`
 	Created time.Time `json:"created"`
 	Since   time.Time `json:"since"`
+	// The spec's fields (command, env, secret_env, ports, workdir,
+	// volumes, restart) sit here, secret values always "(secret)".
+	protocol.WorkloadSpec
 }
 
 // TimelineEntry is one line of a workload's history.
@@ -79,6 +82,9 @@ type CreateWorkload struct {
 	Class  string `json:"class"`
 	Region string `json:"region"`
 	Image  string `json:"image,omitempty"`
+	// The spec's fields, as on the agents' wire; secret_env values are
+	// sealed in the store and never shown again.
+	protocol.WorkloadSpec
 }
 
 // Error is the body of every error answer.

@@ -151,7 +151,7 @@ func workloadOut(w store.Workload) adminapi.Workload {
 	return adminapi.Workload{
 		ID: w.ID, Name: w.Name, Tenant: w.Tenant, Kind: string(w.Kind), Class: w.Class, Region: w.Region,
 		Image: w.Image, State: string(w.State), Machine: w.Machine, Driver: w.Driver, Attempt: w.Attempt,
-		Reason: w.Reason, Created: w.Created, Since: w.Since,
+		Reason: w.Reason, Created: w.Created, Since: w.Since, WorkloadSpec: w.Spec.Redacted(),
 	}
 }
 
@@ -176,6 +176,7 @@ func (a *API) createWorkload(w http.ResponseWriter, r *http.Request) {
 	}
 	wl, err := a.hub.CreateWorkload(r.Context(), hub.WorkloadSpec{
 		Tenant: in.Tenant, Name: in.Name, Kind: protocol.Kind(in.Kind), Class: in.Class, Region: in.Region, Image: in.Image,
+		Spec: in.WorkloadSpec,
 	})
 	if err != nil {
 		a.adminFail(w, r, err)

@@ -88,6 +88,10 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return errorf("%w", err)
 	}
+	secretKey, err := hub.LoadOrCreateSecretKey(opts.DataDir)
+	if err != nil {
+		return errorf("%w", err)
+	}
 	clk := opts.Hub.Clock
 	if clk == nil {
 		clk = clock.Real{}
@@ -104,6 +108,7 @@ func Run(ctx context.Context, opts Options) error {
 	m := metrics.New(metrics.Options{Region: cmp.Or(opts.Region, "local"), Version: opts.Version})
 	hcfg := opts.Hub
 	hcfg.Store, hcfg.CA, hcfg.Region, hcfg.Logger, hcfg.Clock = timeStore(st, m, clk), authority, opts.Region, log, clk
+	hcfg.SecretKey = secretKey
 	h, err := hub.New(ctx, hcfg)
 	if err != nil {
 		return errorf("%w", err)

@@ -118,6 +118,9 @@ func Run(ctx context.Context, opts Options) error {
 	defer st.Close()
 	hcfg := opts.Hub
 	hcfg.Store, hcfg.Logger, hcfg.Clock = st, log, clk
+	if hcfg.SecretKey, err = hub.LoadOrCreateSecretKey(opts.DataDir); err != nil {
+		return fmt.Errorf("solo: %w", err)
+	}
 	if hcfg.HolderID == "" {
 		// The agent's lock proves no other solo runs on this data
 		// directory, so a restarted solo may take its own lease back at

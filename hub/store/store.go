@@ -194,7 +194,11 @@ type Workload struct {
 	Class  string
 	Region string
 	Image  string
-	State  State
+	// Spec is what the workload runs beyond its image. Its SecretEnv
+	// values are sealed by the hub (hub/secrets.go) before they reach the
+	// store: the store never holds a secret in clear.
+	Spec  protocol.WorkloadSpec
+	State State
 	// Machine and Driver are where it was placed. They stay set while the
 	// workload is parked, because the machine holds its data.
 	Machine string

@@ -408,20 +408,21 @@ func (t *tx) BumpGeneration(machineID string) (int64, error) {
 }
 
 const workloadCols = `id, name, tenant, kind, class, region, image, state, machine, driver, devices, attempt,
-	mode_generation, reason, created, since, progress`
+	mode_generation, reason, created, since, progress, spec`
 
 func workloadArgs(w store.Workload) []any {
 	devices, _ := json.Marshal(w.Devices)
 	return []any{w.ID, w.Name, w.Tenant, string(w.Kind), w.Class, w.Region, w.Image, string(w.State), w.Machine,
-		w.Driver, string(devices), w.Attempt, w.ModeGeneration, w.Reason, ts(w.Created), ts(w.Since), ts(w.Progress)}
+		w.Driver, string(devices), w.Attempt, w.ModeGeneration, w.Reason, ts(w.Created), ts(w.Since), ts(w.Progress),
+		specColumn(w.Spec)}
 }
 
 func scanWorkload(sc interface{ Scan(...any) error }) (store.Workload, error) {
 	var w store.Workload
-	var kind, state, devices string
+	var kind, state, devices, spec string
 	var created, since, progress int64
 	err := sc.Scan(&w.ID, &w.Name, &w.Tenant, &kind, &w.Class, &w.Region, &w.Image, &state, &w.Machine, &w.Driver,
-		&devices, &w.Attempt, &w.ModeGeneration, &w.Reason, &created, &since, &progress)
+		&devices, &w.Attempt, &w.ModeGeneration, &w.Reason, &created, &since, &progress, &spec)
 	if err != nil {
 		return w, err
 	}
@@ -432,11 +433,14 @@ func scanWorkload(sc interface{ Scan(...any) error }) (store.Workload, error) {
 			return w, fmt.Errorf("workload %q: decode devices: %w", w.ID, err)
 		}
 	}
+	if w.Spec, err = readSpecColumn(spec); err != nil {
+		return w, fmt.Errorf("workload %q: %w", w.ID, err)
+	}
 	return w, nil
 }
 
 func (t *tx) CreateWorkload(w store.Workload) error {
-	_, err := t.exec(`INSERT INTO workloads (`+workloadCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, workloadArgs(w)...)
+	_, err := t.exec(`INSERT INTO workloads (`+workloadCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, workloadArgs(w)...)
 	if t.s.d.IsConflict(err) {
 		return fmt.Errorf("workload %q: %w", w.ID, store.ErrExists)
 	}
@@ -450,7 +454,7 @@ func (t *tx) PutWorkload(w store.Workload) error {
 	args := append(workloadArgs(w)[1:], w.ID)
 	res, err := t.exec(`UPDATE workloads SET name = ?, tenant = ?, kind = ?, class = ?, region = ?, image = ?, state = ?,
 		machine = ?, driver = ?, devices = ?, attempt = ?, mode_generation = ?, reason = ?, created = ?, since = ?,
-		progress = ? WHERE id = ?`, args...)
+		progress = ?, spec = ? WHERE id = ?`, args...)
 	if err != nil {
 		return fmt.Errorf("workload %q: %w", w.ID, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -132,6 +133,10 @@ func testWorkloads(t *testing.T, s store.Store) {
 		Region: "eu", State: store.StatePending, Created: at, Since: at}
 	w2 := w
 	w2.ID, w2.Created, w2.State, w2.Machine = "w-2", at.Add(time.Second), store.StateRunning, "m-1"
+	w2.Spec = protocol.WorkloadSpec{Command: []string{"serve", "--port", "8080"}, Env: map[string]string{"GREETING": "hi"},
+		SecretEnv: map[string]string{"TOKEN": "v1:sealed"}, Ports: []protocol.Port{{Host: 8080, Container: 80, Proto: "tcp"}},
+		Workdir: "/srv", Volumes: []protocol.Volume{{Name: "data", Path: "/data"}},
+		Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure, Max: 3}}
 	update(t, s, func(tx store.Tx) error {
 		if err := tx.CreateWorkload(w); err != nil {
 			return err
@@ -155,6 +160,11 @@ func testWorkloads(t *testing.T, s store.Store) {
 		running, _ := tx.Workloads(store.WorkloadFilter{States: []store.State{store.StateRunning}})
 		if len(running) != 1 || running[0].ID != "w-2" {
 			t.Errorf("running: got %+v", running)
+		} else if !reflect.DeepEqual(running[0].Spec, w2.Spec) {
+			t.Errorf("spec: got %+v, want %+v", running[0].Spec, w2.Spec)
+		}
+		if !reflect.DeepEqual(got.Spec, protocol.WorkloadSpec{}) {
+			t.Errorf("w-1 has no spec, got %+v", got.Spec)
 		}
 		return nil
 	})
