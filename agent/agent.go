@@ -246,6 +246,7 @@ func (a *Agent) Reprobe() {
 func (a *Agent) refreshInventory(ctx context.Context) {
 	inv := a.cfg.Inventory(ctx)
 	inv.Drivers = nil
+	inv.Features = slices.Clone(protocol.AgentFeatures)
 	down := map[string]error{}
 	for _, d := range a.cfg.Drivers.All() {
 		if p, ok := d.(drivers.Prober); ok {

@@ -57,6 +57,7 @@ func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[s
 		return c.queue(tx, w, "its class "+w.Class+" no longer exists")
 	}
 	pw := placement.Workload{ID: w.ID, Tenant: w.Tenant, Region: w.Region, Kind: w.Kind, Class: w.Class, Image: w.Image}
+	pw.Ports, pw.Needs = specNeeds(w.Spec)
 	if w.Machine != "" {
 		// It has run before and its machine holds its data.
 		pw.HeldMachine, pw.HeldDriver = w.Machine, w.Driver

@@ -170,6 +170,7 @@ func (b *agentBackend) Capacity(tx store.Tx, classes map[string]store.Class) (Ca
 		class := classes[w.Class]
 		held[w.Machine] = append(held[w.Machine], placement.Held{
 			Workload: w.ID, Driver: w.Driver, Kind: w.Kind, Image: w.Image, CPUs: class.CPUs, MemoryMB: class.MemoryMB, Devices: w.Devices,
+			Ports: w.Spec.Ports,
 		})
 	}
 	pms := make([]placement.Machine, 0, len(ms))
@@ -181,10 +182,11 @@ func (b *agentBackend) Capacity(tx store.Tx, classes map[string]store.Class) (Ca
 			ID: m.ID, Owner: m.Owner, Region: m.Region, OS: m.OS, Arch: m.Arch,
 			Online: b.presence.online(m),
 			CPUs:   m.Inventory.CPUs, MemoryMB: m.Inventory.MemoryMB,
-			Devices: placement.DevicesFromInventory(*m.Inventory),
-			Engine:  placement.EngineOf(*m.Inventory),
-			Drivers: m.Inventory.Drivers,
-			Holding: held[m.ID],
+			Devices:  placement.DevicesFromInventory(*m.Inventory),
+			Engine:   placement.EngineOf(*m.Inventory),
+			Drivers:  m.Inventory.Drivers,
+			Features: m.Inventory.Features,
+			Holding:  held[m.ID],
 		})
 	}
 	return Capacity{Machines: pms}, nil

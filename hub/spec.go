@@ -2,6 +2,7 @@ package hub
 
 import (
 	"fmt"
+	"reflect"
 
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/protocol"
@@ -32,4 +33,14 @@ func (h *Hub) openSpec(w store.Workload, mode protocol.Mode) (protocol.WorkloadS
 		}
 	}
 	return spec, mode
+}
+
+// specNeeds is what a workload's spec asks of placement: its host ports,
+// and the agent feature "spec" when there is a spec at all, since an older
+// agent would run the bare image.
+func specNeeds(spec protocol.WorkloadSpec) ([]protocol.Port, []string) {
+	if reflect.DeepEqual(spec, protocol.WorkloadSpec{}) {
+		return nil, nil
+	}
+	return spec.Ports, []string{protocol.FeatureSpec}
 }

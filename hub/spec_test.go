@@ -153,3 +153,60 @@ func TestBadSpecRefusedBeforeAnythingIsStored(t *testing.T) {
 	}
 	_ = store.StatePending
 }
+
+func TestPortsTakenAndOldAgentsQueueWithAReason(t *testing.T) {
+	dir := t.TempDir()
+	h := openKeyedHub(t, filepath.Join(dir, "hub.db"), dir, clock.NewFake(epoch), io.Discard)
+	h.machine("m-1")
+	create := func(name string, spec protocol.WorkloadSpec) store.Workload {
+		w, err := h.CreateWorkload(context.Background(), WorkloadSpec{Tenant: "local", Name: name, Kind: protocol.KindContainer,
+			Class: "cpu-1", Region: "local", Image: "sim:", Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	port := protocol.WorkloadSpec{Ports: []protocol.Port{{Host: 8080, Container: 80}}}
+	a := create("a", port)
+	h.pass()
+	b := create("b", port)
+	h.pass()
+	wantState(t, h, a.ID, store.StateProvisioning)
+	if got := wantState(t, h, b.ID, store.StateQueued); got.Reason != "no machine of tenant local in region local has host port 8080/tcp free" {
+		t.Errorf("reason: %q", got.Reason)
+	}
+	// Parked, a frees its port and b is placed.
+	if err := h.ParkWorkload(context.Background(), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	resp := h.desired("m-1")
+	h.report("m-1", resp, protocol.Status{Workload: a.ID, Attempt: 1, Mode: protocol.ModePark, Code: protocol.CodeStopped})
+	h.pass()
+	wantState(t, h, a.ID, store.StateStopped)
+	wantState(t, h, b.ID, store.StateProvisioning)
+
+	// An agent that does not report the spec feature gets no workload
+	// with a spec, and the reason says why; one without a spec it runs.
+	dir2 := t.TempDir()
+	h2 := openKeyedHub(t, filepath.Join(dir2, "hub.db"), dir2, clock.NewFake(epoch), io.Discard)
+	if err := h2.EnsureTenant(context.Background(), "local"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.RegisterMachine(context.Background(), "m-old", "m-old", "local", "local"); err != nil {
+		t.Fatal(err)
+	}
+	inv := testInventory()
+	inv.Features = nil
+	h2.sync("m-old", &protocol.SyncRequest{ProtocolVersion: protocol.Version, Inventory: inv})
+	withSpec, err := h2.CreateWorkload(context.Background(), WorkloadSpec{Tenant: "local", Name: "s", Kind: protocol.KindContainer,
+		Class: "cpu-1", Region: "local", Image: "sim:", Spec: protocol.WorkloadSpec{Env: map[string]string{"A": "b"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := h2.create("bare", protocol.KindContainer)
+	h2.pass()
+	if got := wantState(t, h2, withSpec.ID, store.StateQueued); !strings.Contains(got.Reason, "runs an agent new enough for it (it needs agent features spec") {
+		t.Errorf("reason: %q", got.Reason)
+	}
+	wantState(t, h2, bare.ID, store.StateProvisioning)
+}
