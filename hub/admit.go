@@ -72,6 +72,7 @@ func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[s
 	}
 	old := w.Machine
 	w.Attempt++
+	w.Restarts = 0
 	w.Progress = c.clk.Now()
 	if old != "" && old != d.Machine {
 		// Its old machine no longer lists it: the agent there stops it and

@@ -217,6 +217,9 @@ type Workload struct {
 	Since time.Time
 	// Progress is when the agent last reported progress on it.
 	Progress time.Time
+	// Restarts counts the local restarts of this attempt already on the
+	// timeline; a new attempt starts it at 0.
+	Restarts int
 }
 
 // WorkloadFilter selects workloads; zero fields match everything.

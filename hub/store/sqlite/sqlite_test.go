@@ -66,6 +66,8 @@ func TestOldDatabaseUpgradesInPlace(t *testing.T) {
 	}
 	for _, stmt := range []string{
 		`ALTER TABLE workloads DROP COLUMN spec`,
+		`ALTER TABLE workloads DROP COLUMN restarts`,
+		`ALTER TABLE statuses DROP COLUMN restarts`,
 		`DELETE FROM meta WHERE key = 'migration:workload_spec'`,
 		`INSERT INTO tenants (name, created) VALUES ('acme', 0)`,
 		`INSERT INTO workloads (id, name, tenant, kind, class, region, image, state, machine, driver, devices, attempt,

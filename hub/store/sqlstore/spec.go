@@ -15,7 +15,8 @@ import (
 const specMigration = "migration:workload_spec"
 
 // migrateWorkloadSpec adds the spec column (JSON of protocol.WorkloadSpec,
-// "" for none) to workloads, once, under the migration lock. A hub with an
+// "" for none) and the restarts counts to workloads and statuses, once,
+// under the migration lock. A hub with an
 // older database upgrades in place: its workloads read as having no spec.
 func (s *Store) migrateWorkloadSpec(ctx context.Context) error {
 	tx, err := s.beginMigration(ctx)
@@ -30,8 +31,14 @@ func (s *Store) migrateWorkloadSpec(ctx context.Context) error {
 	if n > 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, `ALTER TABLE workloads ADD COLUMN spec TEXT NOT NULL DEFAULT ''`); err != nil {
-		return fmt.Errorf("migrate workload spec: %w", err)
+	for _, stmt := range []string{
+		`ALTER TABLE workloads ADD COLUMN spec TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE workloads ADD COLUMN restarts BIGINT NOT NULL DEFAULT 0`,
+		`ALTER TABLE statuses ADD COLUMN restarts BIGINT NOT NULL DEFAULT 0`,
+	} {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("migrate workload spec: %w", err)
+		}
 	}
 	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO meta (key, value) VALUES (?, 'done')`), specMigration); err != nil {
 		return fmt.Errorf("migrate workload spec: %w", err)
