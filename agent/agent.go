@@ -85,6 +85,7 @@ type Agent struct {
 	restarts  restartBook
 	logs      *logs.Store
 	followers logFollowers
+	uploads   uploads
 	// lastPass is when the apply loop last finished a pass (Unix
 	// nanoseconds, wall clock): the watchdog's sign of life.
 	lastPass atomic.Int64
@@ -202,8 +203,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.applyLoop(ctx) })
 	wg.Go(func() { a.inventoryLoop(ctx) })
 	wg.Wait()
-	// Log follows end with ctx; none may write after Close.
+	// Log follows and uploads end with ctx; none may write after Close.
 	a.followers.wg.Wait()
+	a.uploads.wg.Wait()
 	return nil
 }
 

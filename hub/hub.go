@@ -86,6 +86,8 @@ type Hub struct {
 
 	// secrets seals and opens secret environment (hub/secrets.go).
 	secrets *sealer
+	// logs relays workload output from uploads to readers (hub/logs.go).
+	logs logRelay
 
 	// desired caches each machine's desired state under its generation
 	// (machine ID → *protocol.SyncResponse), read without a global lock.

@@ -39,7 +39,7 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 		h.ctl.markDirty(machineID)
 		h.notifyReplicas(ctx, observePrefix+machineID)
 	}
-	if req.StoreID == h.store.ID() && req.Generation == gen {
+	if req.StoreID == h.store.ID() && req.Generation == gen && !h.logs.pending(machineID) {
 		t := h.clk.NewTimer(h.cfg.PollTimeout)
 		h.polls.held.Add(1)
 		select {
@@ -58,7 +58,11 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 			return nil, ctx.Err()
 		}
 	}
-	return h.Desired(ctx, machineID)
+	resp, err := h.Desired(ctx, machineID)
+	if err == nil {
+		resp.Logs = h.logs.take(machineID)
+	}
+	return resp, err
 }
 
 var codePattern = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)

@@ -345,7 +345,7 @@ func workloadCmd(g *globals) *cobra.Command {
 		return waitState(cmd, c, args[0], state, timeout)
 	}
 
-	cmd.AddCommand(create, ls, show, tl, wait)
+	cmd.AddCommand(create, ls, show, tl, wait, logsCmd(g))
 	return cmd
 }
 

@@ -35,6 +35,7 @@ func (a *API) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/workloads/{id}/run", a.act(a.hub.RunWorkload))
 	mux.HandleFunc("POST /v1/workloads/{id}/park", a.act(a.hub.ParkWorkload))
 	mux.HandleFunc("GET /v1/workloads/{id}/timeline", a.timeline)
+	mux.HandleFunc("GET /v1/workloads/{id}/logs", a.workloadLogs)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get("Authorization")
 		if subtle.ConstantTimeCompare([]byte(got), []byte("Bearer "+token)) != 1 {

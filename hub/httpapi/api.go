@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -43,6 +44,9 @@ type Hub interface {
 	ParkWorkload(ctx context.Context, id string) error
 	DeleteWorkload(ctx context.Context, id string) error
 	Timeline(ctx context.Context, id string) ([]store.TimelineEntry, error)
+	// Workloads' output (hub/logs.go).
+	WorkloadLogs(ctx context.Context, id string, o hub.LogOptions, emit func(protocol.LogLine) error) error
+	AcceptLogs(ctx context.Context, machineID, token string, body io.Reader) error
 }
 
 var _ Hub = (*hub.Hub)(nil)

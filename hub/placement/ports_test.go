@@ -6,8 +6,12 @@ import (
 	"einsora.dev/edge/protocol"
 )
 
-func tcp(host int) protocol.Port { return protocol.Port{Host: host, Container: 80, Proto: protocol.ProtoTCP} }
-func udp(host int) protocol.Port { return protocol.Port{Host: host, Container: 53, Proto: protocol.ProtoUDP} }
+func tcp(host int) protocol.Port {
+	return protocol.Port{Host: host, Container: 80, Proto: protocol.ProtoTCP}
+}
+func udp(host int) protocol.Port {
+	return protocol.Port{Host: host, Container: 53, Proto: protocol.ProtoUDP}
+}
 
 func withPorts(w Workload, ps ...protocol.Port) Workload { w.Ports = ps; return w }
 

@@ -131,6 +131,8 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("solo: %w", err)
 	}
+	// The in-process agent's output is read in-process.
+	h.SetLocalLogs(ag)
 	if err := h.EnsureTenant(ctx, Tenant); err != nil {
 		return fmt.Errorf("solo: %w", err)
 	}
