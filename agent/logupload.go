@@ -28,12 +28,25 @@ type uploads struct {
 	mu     sync.Mutex
 	active map[string]bool
 	wg     sync.WaitGroup
+	// up uploads; nil: the transport, if it can.
+	up logUploader
+}
+
+func (u *uploads) setUploader(up logUploader) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.up = up
 }
 
 // startUploads starts one upload per log request not already running.
 func (a *Agent) startUploads(ctx context.Context, reqs []protocol.LogRequest) {
-	up, ok := a.cfg.Transport.(logUploader)
-	if !ok {
+	a.uploads.mu.Lock()
+	up := a.uploads.up
+	a.uploads.mu.Unlock()
+	if up == nil {
+		up, _ = a.cfg.Transport.(logUploader)
+	}
+	if up == nil {
 		a.log.Warn("the hub asked for workload output, but this agent's transport cannot upload it", "requests", len(reqs))
 		return
 	}
