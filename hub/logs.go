@@ -47,6 +47,9 @@ type LogOptions struct {
 	// Follow keeps sending lines as they come, until the workload is
 	// removed or the caller leaves.
 	Follow bool
+	// Idle, if set, is called whenever no line is waiting: the moment
+	// for a caller that buffers to flush.
+	Idle func() error
 }
 
 // LocalLogs is an in-process agent's log store (solo): the hub reads the
@@ -126,11 +129,25 @@ func (h *Hub) WorkloadLogs(ctx context.Context, id string, o LogOptions, emit fu
 		return fmt.Errorf("%w: workload %s has not been placed on a machine, so it has no output", ErrUnavailable, id)
 	}
 	req := protocol.LogRequest{Workload: id, Tail: o.Tail, Since: o.Since, Follow: o.Follow}
+	idle := o.Idle
+	if idle == nil {
+		idle = func() error { return nil }
+	}
 	h.logs.mu.Lock()
 	local := h.logs.local
 	h.logs.mu.Unlock()
 	if local != nil && local.MachineID() == w.Machine {
-		return local.StreamLogs(ctx, req, emit)
+		// The in-process ring says nothing of what waits: idle after each.
+		err := local.StreamLogs(ctx, req, func(l protocol.LogLine) error {
+			if err := emit(l); err != nil {
+				return err
+			}
+			return idle()
+		})
+		if err != nil {
+			return err
+		}
+		return idle()
 	}
 	if !h.presence.online(m) {
 		return fmt.Errorf("%w: machine %s (%s), which holds workload %s, is offline: silent for %s", ErrUnavailable,
@@ -165,6 +182,11 @@ func (h *Hub) WorkloadLogs(ctx context.Context, id string, o LogOptions, emit fu
 			if err := emit(l); err != nil {
 				return err
 			}
+			if len(want.lines) == 0 {
+				if err := idle(); err != nil {
+					return err
+				}
+			}
 		case <-want.ended:
 			// Lines sent before the end are still buffered.
 			for {
@@ -174,7 +196,7 @@ func (h *Hub) WorkloadLogs(ctx context.Context, id string, o LogOptions, emit fu
 						return err
 					}
 				default:
-					return nil
+					return idle()
 				}
 			}
 		case <-ctx.Done():

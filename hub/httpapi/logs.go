@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,18 +58,30 @@ func (a *API) workloadLogs(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetWriteDeadline(time.Time{})
 	started := false
-	enc := json.NewEncoder(w)
+	// Lines are gathered while more wait and flushed when none does, so
+	// a fast stream is not one write per line and a slow one is not held.
+	buf := bufio.NewWriterSize(w, 32<<10)
+	enc := json.NewEncoder(buf)
+	o.Idle = func() error {
+		if !started {
+			return nil
+		}
+		if err := buf.Flush(); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
 	err := a.hub.WorkloadLogs(r.Context(), r.PathValue("id"), o, func(l protocol.LogLine) error {
 		if !started {
 			w.Header().Set("Content-Type", "application/x-ndjson")
 			w.WriteHeader(http.StatusOK)
 			started = true
 		}
-		if err := enc.Encode(l); err != nil {
-			return err
-		}
-		return rc.Flush()
+		return enc.Encode(l)
 	})
+	if started {
+		o.Idle()
+	}
 	switch {
 	case err == nil && !started:
 		w.Header().Set("Content-Type", "application/x-ndjson")
@@ -80,7 +93,7 @@ func (a *API) workloadLogs(w http.ResponseWriter, r *http.Request) {
 		if _, _, ok := statusOf(err); !ok && !errors.Is(err, hub.ErrUnavailable) {
 			a.log.Error("workload logs failed", "workload", r.PathValue("id"), "err", err)
 		}
-		enc.Encode(struct {
+		json.NewEncoder(w).Encode(struct {
 			Error string `json:"error"`
 		}{msg})
 	}
