@@ -298,11 +298,9 @@ func (h *Hub) AcceptLogs(ctx context.Context, machineID, token string, body io.R
 				return nil
 			}
 		}
-		var l protocol.LogLine
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&l); err != nil {
-			return fmt.Errorf("%w: log upload: a line does not decode: %v", ErrBadRequest, err)
+		l, err := DecodeLogLine(raw)
+		if err != nil {
+			return err
 		}
 		select {
 		case w.lines <- l:
@@ -376,4 +374,24 @@ func (b *bucket) take(n int) time.Duration {
 		return 0
 	}
 	return time.Duration(-b.tokens / b.rate * float64(time.Second))
+}
+
+// DecodeLogLine reads one line of a machine's log upload: one LogLine
+// object, no unknown fields, nothing after it, at most
+// protocol.MaxLogLineBytes. It is the decoder of untrusted input that
+// FuzzDecodeLogLine exercises.
+func DecodeLogLine(raw []byte) (protocol.LogLine, error) {
+	var l protocol.LogLine
+	if len(raw) > protocol.MaxLogLineBytes {
+		return l, fmt.Errorf("%w: log upload: a line over %d bytes", ErrBadRequest, protocol.MaxLogLineBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&l); err != nil {
+		return protocol.LogLine{}, fmt.Errorf("%w: log upload: a line does not decode: %v", ErrBadRequest, err)
+	}
+	if dec.More() {
+		return protocol.LogLine{}, fmt.Errorf("%w: log upload: data after a line's object", ErrBadRequest)
+	}
+	return l, nil
 }
