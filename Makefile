@@ -3,13 +3,14 @@
 GO      ?= go
 DATA    ?= $(CURDIR)/.data
 DRIVERS ?= sim
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# A version dpkg accepts from any checkout (scripts/version.sh).
+VERSION ?= $(shell scripts/version.sh)
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin
 # Run from the module proxy, not a dependency of the module.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build run test test-short lint fmt bench darwin clean deb formula
+.PHONY: build run test test-short lint fmt bench bench-fleet darwin clean deb formula lint-deb release
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
@@ -38,6 +39,13 @@ fmt:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+# The fleet benchmark: N simulated agents against a real einsora-hub serve
+# and against a stock Go TLS long poll; see docs/performance.md. Not part
+# of make test.
+N ?= 1000
+bench-fleet: build
+	$(GO) run ./scripts/fleetbench -n $(N) -hub $(BIN)/einsora-hub $(FLEETBENCH_FLAGS)
+
 darwin:
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) build ./...
 
@@ -51,12 +59,24 @@ formula:
 	@echo "wrote dist/einsora-agent.rb"
 
 clean:
-	rm -rf $(BIN) $(DATA)
+	rm -rf $(BIN) $(DATA) dist
 
-# A .deb of the agent, with nfpm run from the module proxy (not a
-# dependency of the module). ARCH is amd64 or arm64.
+# The .debs of both programs into bin/ (scripts/build-deb.sh): static,
+# stripped, with man pages, completions and a changelog; nfpm runs from the
+# module proxy (not a dependency of the module). ARCH is amd64 or arm64.
 ARCH ?= amd64
-NFPM ?= github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
 deb:
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/deb/einsora-agent ./cmd/einsora-agent
-	ARCH=$(ARCH) VERSION=$(patsubst v%,%,$(VERSION)) $(GO) run $(NFPM) pkg --config packaging/deb/nfpm.yaml --packager deb --target bin/
+	scripts/build-deb.sh $(VERSION) $(ARCH) bin/
+
+# lintian on the .debs of this version; any error or warning not
+# overridden (with its reason, in packaging/deb/*/lintian-overrides) fails.
+lint-deb: deb
+	lintian --fail-on error,warning --tag-display-limit 0 bin/einsora-agent_$(VERSION)_$(ARCH).deb bin/einsora-hub_$(VERSION)_$(ARCH).deb
+
+# make release VERSION=x.y.z [BASE_URL=https://…]: tarballs (linux, darwin
+# × amd64, arm64), the source tarball, both .debs for both architectures,
+# the Homebrew formula (make formula, when BASE_URL says where the source
+# tarball will be served) and SHA256SUMS, into dist/.
+release:
+	@case "$(origin VERSION)" in command\ line|environment) ;; *) echo "make release needs VERSION=x.y.z"; exit 2;; esac
+	BASE_URL="$(BASE_URL)" scripts/release.sh $(VERSION)

@@ -43,7 +43,8 @@ type Config struct {
 	// DriverTimeout bounds every driver call.
 	DriverTimeout time.Duration
 	// ApplyInterval is how often the apply loop looks at its drivers when
-	// nothing else wakes it.
+	// nothing else wakes it. Zero means DefaultApplyInterval, or
+	// NotifiedApplyInterval when every driver notifies its changes.
 	ApplyInterval time.Duration
 	// InventoryInterval is how often inventory is probed again.
 	InventoryInterval time.Duration
@@ -134,7 +135,7 @@ func Open(cfg Config) (*Agent, error) {
 		cfg.DriverTimeout = DefaultDriverTimeout
 	}
 	if cfg.ApplyInterval <= 0 {
-		cfg.ApplyInterval = DefaultApplyInterval
+		cfg.ApplyInterval = defaultApplyInterval(cfg.Drivers)
 	}
 	if cfg.InventoryInterval <= 0 {
 		cfg.InventoryInterval = DefaultInventoryInterval
@@ -202,6 +203,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.syncLoop(ctx) })
 	wg.Go(func() { a.applyLoop(ctx) })
 	wg.Go(func() { a.inventoryLoop(ctx) })
+	wg.Go(func() { a.wakeOnChanges(ctx) })
 	wg.Wait()
 	// Log follows and uploads end with ctx; none may write after Close.
 	a.followers.wg.Wait()
@@ -265,6 +267,7 @@ func (a *Agent) refreshInventory(ctx context.Context) {
 	if len(inv.Drivers) == 0 {
 		inv.Notes = append(inv.Notes, NoRuntimeNote(a.cfg.Drivers.Names()))
 	}
+	withdrawCapacity(&inv, a.cfg.Drivers)
 	added, dropped := a.cfg.Drivers.Offer(inv.Drivers...)
 	if a.firstProbe.CompareAndSwap(false, true) {
 		// Every driver starts out offered: what the first probe drops

@@ -24,6 +24,7 @@ import (
 
 	"einsora.dev/edge/drivers"
 	"einsora.dev/edge/drivers/docker"
+	"einsora.dev/edge/internal/testnet"
 	"einsora.dev/edge/protocol"
 )
 
@@ -200,12 +201,7 @@ func TestDockerWorkloadEndToEnd(t *testing.T) {
 		c.Drivers = drivers.NewHost(d)
 		c.Logger = logger
 	})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := testnet.FreePort(t)
 	const secret = "e2e-secret-" + "never-logged"
 	w := protocol.DesiredWorkload{ID: id, Attempt: 1, Mode: protocol.ModeRun, Kind: protocol.KindContainer,
 		Driver: docker.NameContainer, Isolation: protocol.IsolationContainer, Image: image,

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -78,6 +79,9 @@ func RunNetworked(ctx context.Context, cfg NetworkedConfig) error {
 	}
 	defer a.Close()
 	nw, err := OpenNetwork(cfg.StateDir, NetworkOptions{Logger: log})
+	if errors.Is(err, ErrNotEnrolled) {
+		return fmt.Errorf("%w; or run einsora-hub solo, which runs an agent for this machine in-process", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -128,6 +128,9 @@ func (a *Agent) accept(resp *protocol.SyncResponse, req *protocol.SyncRequest) e
 	if resp == nil {
 		return errors.New("sync: empty answer")
 	}
+	if err := checkHubProtocol(resp.ProtocolVersion, int(ownProtocol.Load())); err != nil {
+		return err
+	}
 	now := a.clk.Now()
 	if !resp.HubTime.IsZero() {
 		if skew := now.Sub(resp.HubTime); skew > maxClockSkew || skew < -maxClockSkew {

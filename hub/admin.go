@@ -9,6 +9,7 @@ import (
 	"regexp"
 
 	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/hub/trust"
 	"einsora.dev/edge/protocol"
 )
 
@@ -86,6 +87,11 @@ func (h *Hub) CreateWorkload(ctx context.Context, spec WorkloadSpec) (store.Work
 	}
 	if len(spec.Image) > 512 {
 		return store.Workload{}, fmt.Errorf("%w: image name longer than 512 bytes", ErrInvalid)
+	}
+	for field, v := range map[string]string{"image": spec.Image, "region": spec.Region, "tenant": spec.Tenant, "class": spec.Class} {
+		if trust.Text(v, len(v)) != v {
+			return store.Workload{}, fmt.Errorf("%w: %s %q holds characters that are not printable; use plain text", ErrInvalid, field, trust.Text(v, 512))
+		}
 	}
 	now := h.clk.Now()
 	w := store.Workload{

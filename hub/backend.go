@@ -182,11 +182,12 @@ func (b *agentBackend) Capacity(tx store.Tx, classes map[string]store.Class) (Ca
 			ID: m.ID, Owner: m.Owner, Region: m.Region, OS: m.OS, Arch: m.Arch,
 			Online: b.presence.online(m),
 			CPUs:   m.Inventory.CPUs, MemoryMB: m.Inventory.MemoryMB,
-			Devices:  placement.DevicesFromInventory(*m.Inventory),
-			Engine:   placement.EngineOf(*m.Inventory),
-			Drivers:  m.Inventory.Drivers,
-			Features: m.Inventory.Features,
-			Holding:  held[m.ID],
+			Devices:   placement.DevicesFromInventory(*m.Inventory),
+			Engine:    placement.EngineOf(*m.Inventory),
+			Drivers:   m.Inventory.Drivers,
+			Withdrawn: m.Inventory.Withdrawn,
+			Features:  m.Inventory.Features,
+			Holding:   held[m.ID],
 		})
 	}
 	return Capacity{Machines: pms}, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"einsora.dev/edge/clock"
@@ -39,6 +40,11 @@ type Controller struct {
 	silent bool
 
 	lead leadership
+
+	// retained is when retain (retention.go) last ran; retiredLines and
+	// trimmedLines count the lines it deleted.
+	retained                   time.Time
+	retiredLines, trimmedLines atomic.Int64
 }
 
 // newController returns the controller of cfg.Region; cfg has its

@@ -124,6 +124,9 @@ func (h *Hub) Enroll(ctx context.Context, req *EnrollRequest) (*protocol.Certifi
 		case m.Owner != "" && m.Owner != tok.Owner:
 			return fmt.Errorf("%w: machine %s belongs to %s; an operator must remove it before it enrols for %s", ErrForbidden, m.ID, m.Owner, tok.Owner)
 		}
+		if err := refuseTakeover(tx, m, now); err != nil {
+			return err
+		}
 		if name := trust.Text(req.Name, maxMachineName); name != "" {
 			m.Name = name
 		}
@@ -148,6 +151,9 @@ func (h *Hub) issue(tx store.Tx, m store.Machine, csr *x509.CertificateRequest, 
 	}
 	m.CertExpires = notAfter
 	if err := tx.PutMachine(m); err != nil {
+		return nil, err
+	}
+	if err := recordCertificate(tx, m.ID, certPEM, now); err != nil {
 		return nil, err
 	}
 	return &protocol.CertificateResponse{

@@ -49,6 +49,11 @@ type Config struct {
 	// CA signs machines' certificates at enrolment and renewal; nil for a
 	// hub that enrols none (solo).
 	CA *ca.CA
+	// TimelineMax is how many lines a workload's timeline keeps (see
+	// bounds.go); TimelineRetention how long the timeline of a removed
+	// workload is kept (retention.go).
+	TimelineMax       int
+	TimelineRetention time.Duration
 	// SecretKey (32 bytes, LoadOrCreateSecretKey) seals workloads' secret
 	// environment in the store; nil refuses secrets.
 	SecretKey []byte
@@ -62,6 +67,8 @@ const (
 	DefaultProvisioningTimeout = 15 * time.Minute
 	DefaultControllerInterval  = 2 * time.Second
 	DefaultLeaseTTL            = 15 * time.Second
+	DefaultTimelineMax         = 1000
+	DefaultTimelineRetention   = 7 * 24 * time.Hour
 )
 
 // Hub is one hub process's view of the store.
@@ -73,6 +80,8 @@ type Hub struct {
 	drivers map[string]placement.Driver
 	polls   polls
 	reports reports
+	// dropped counts what untrusted input was refused (bounds.go).
+	dropped dropped
 
 	// started is when this hub process started; presence judges machines
 	// online or offline from it (rule 8).
@@ -123,6 +132,12 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.TimelineMax <= 0 {
+		cfg.TimelineMax = DefaultTimelineMax
+	}
+	if cfg.TimelineRetention <= 0 {
+		cfg.TimelineRetention = DefaultTimelineRetention
 	}
 	if cfg.Region == "" {
 		cfg.Region = "local"

@@ -35,6 +35,9 @@ func (h *Hub) RegisterMachine(ctx context.Context, id, name, owner, region strin
 type MachineView struct {
 	store.Machine
 	Online bool
+	// Certificates are those the hub issued to it, oldest first; only
+	// Machine fills them.
+	Certificates []store.Certificate
 }
 
 // Machines returns every machine.
@@ -51,8 +54,15 @@ func (h *Hub) Machines(ctx context.Context) ([]MachineView, error) {
 // Machine returns one machine.
 func (h *Hub) Machine(ctx context.Context, id string) (MachineView, error) {
 	var m store.Machine
-	err := h.store.View(ctx, func(tx store.Tx) (err error) { m, err = tx.Machine(id); return err })
-	return MachineView{Machine: m, Online: err == nil && h.presence.online(m)}, err
+	var cs []store.Certificate
+	err := h.store.View(ctx, func(tx store.Tx) (err error) {
+		if m, err = tx.Machine(id); err != nil {
+			return err
+		}
+		cs, err = tx.Certificates(id)
+		return err
+	})
+	return MachineView{Machine: m, Online: err == nil && h.presence.online(m), Certificates: cs}, err
 }
 
 // RemoveMachine forgets a machine, so its ID may enrol again (for another

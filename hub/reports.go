@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -42,7 +43,10 @@ type report struct {
 	gen  int64
 	news bool
 	err  error
-	done chan struct{}
+	// What the report was refused or cost: statuses dropped, stale
+	// statuses deleted, timeline lines trimmed. Counted once committed.
+	dropped, stale, trimmed int
+	done                    chan struct{}
 	// lead is closed to hand this caller the next batch.
 	lead chan struct{}
 }
@@ -101,13 +105,21 @@ func (h *Hub) commitReports(batch []*report) {
 	for _, p := range batch {
 		if err != nil {
 			p.err = err
+		} else {
+			h.dropStatuses(p.machineID, p.dropped)
+			h.dropped.stale.Add(int64(p.stale))
+			h.dropped.trimmed.Add(int64(p.trimmed))
 		}
 		close(p.done)
 	}
 }
 
-// recordOne writes one report within a batch's transaction.
+// recordOne writes one report within a batch's transaction. Only statuses
+// of workloads placed on the machine are stored, and stored ones of
+// workloads no longer placed there are deleted, so the machine's rows are
+// bounded by what it holds, whatever it reports.
 func (h *Hub) recordOne(tx store.Tx, p *report, now time.Time) error {
+	p.dropped, p.stale, p.trimmed = 0, 0, 0
 	m, err := tx.Machine(p.machineID)
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("sync %s: %w", p.machineID, ErrUnknownMachine)
@@ -120,7 +132,11 @@ func (h *Hub) recordOne(tx store.Tx, p *report, now time.Time) error {
 	}
 	p.gen = m.Generation
 	p.news = h.presence.returning(m, now)
-	if err := h.noteReturn(tx, m, p.req, now); err != nil {
+	placed, err := tx.Workloads(store.WorkloadFilter{Machine: p.machineID})
+	if err != nil {
+		return err
+	}
+	if p.trimmed, err = h.noteReturn(tx, m, placed, p.req, now); err != nil {
 		return err
 	}
 	m.LastSync = now
@@ -147,11 +163,26 @@ func (h *Hub) recordOne(tx store.Tx, p *report, now time.Time) error {
 	if err != nil {
 		return err
 	}
+	here := make(map[string]bool, len(placed))
+	for _, w := range placed {
+		here[w.ID] = true
+	}
 	since := make(map[string]store.StatusRecord, len(before))
 	for _, s := range before {
+		if !here[s.Workload] {
+			if err := tx.DeleteStatus(p.machineID, s.Workload); err != nil {
+				return err
+			}
+			p.stale++
+			continue
+		}
 		since[s.Workload] = s
 	}
 	for _, s := range p.req.Statuses {
+		if !here[s.Workload] {
+			p.dropped++
+			continue
+		}
 		s.Detail = trust.Text(s.Detail, protocol.MaxDetail)
 		rec := store.StatusRecord{Machine: p.machineID, Status: s, At: now}
 		// At is when the status took its present form: an agent
@@ -171,37 +202,48 @@ func (h *Hub) recordOne(tx store.Tx, p *report, now time.Time) error {
 	return nil
 }
 
-// noteReturn writes on the timeline of a machine's workloads what happened
-// while the hub did not hear from it: a reboot (its workloads' processes are
-// gone), a restarted agent, or a partition (cut off, still running). The
-// boot ID and the agent's start time in each sync tell them apart.
-func (h *Hub) noteReturn(tx store.Tx, m store.Machine, req *protocol.SyncRequest, now time.Time) error {
+// noteReturn writes on the timeline of a machine's workloads (placed)
+// what happened while the hub did not hear from it: a reboot (its
+// workloads' processes are gone), a restarted agent, or a partition (cut
+// off, still running). The boot ID and the agent's start time in each sync
+// tell them apart: a line is written once per change of either, never for
+// a field merely missing, and repeated lines collapse (noteLine). It
+// returns how many old timeline lines were trimmed.
+func (h *Hub) noteReturn(tx store.Tx, m store.Machine, placed []store.Workload, req *protocol.SyncRequest, now time.Time) (int, error) {
 	if m.LastSync.IsZero() {
-		return nil
+		return 0, nil
 	}
 	away := now.Sub(m.LastSync)
-	var text string
+	var kind, text string
 	switch {
 	case m.BootID != "" && req.BootID != "" && m.BootID != trust.Text(req.BootID, protocol.MaxIDLength):
+		kind = "rebooted"
 		text = fmt.Sprintf("machine %s rebooted (last heard %s before); what ran there was restarted or is gone", m.ID, away.Round(time.Second))
-	case !m.AgentStarted.IsZero() && !req.AgentStarted.Equal(m.AgentStarted):
+	case !m.AgentStarted.IsZero() && !req.AgentStarted.IsZero() && !req.AgentStarted.Equal(m.AgentStarted):
+		kind = "agent-restarted"
 		text = fmt.Sprintf("the agent on machine %s restarted; the machine did not reboot", m.ID)
 	case h.presence.cutOff(away):
+		kind = "cut-off"
 		text = fmt.Sprintf("machine %s was cut off for %s and is back; it did not reboot, so its workloads kept running", m.ID, away.Round(time.Second))
 	default:
-		return nil
+		return 0, nil
 	}
-	h.log.Info(text)
-	ws, err := tx.Workloads(store.WorkloadFilter{Machine: m.ID})
-	if err != nil {
-		return err
-	}
-	for _, w := range ws {
-		if err := timeline(tx, h.clk.Now(), w.ID, text); err != nil {
-			return err
+	trimmed, repeated := 0, false
+	for i, w := range placed {
+		n, collapsed, err := h.noteLine(tx, now, w.ID, kind, text)
+		if err != nil {
+			return 0, err
 		}
+		trimmed += n
+		repeated = repeated || i == 0 && collapsed
 	}
-	return nil
+	// A line that only adds to a count is no news for the operator's log.
+	level := slog.LevelInfo
+	if repeated {
+		level = slog.LevelDebug
+	}
+	h.log.Log(context.Background(), level, text)
+	return trimmed, nil
 }
 
 func sameReport(a, b protocol.Status) bool {

@@ -51,6 +51,9 @@ func (c *Controller) sweep(ctx context.Context) error {
 		return fmt.Errorf("sweep: %w", err)
 	}
 	tell(c.backend, wakes)
+	if err := c.retain(ctx); err != nil {
+		return fmt.Errorf("retention: %w", err)
+	}
 	return nil
 }
 

@@ -74,8 +74,8 @@ func CheckSyncRequest(req *protocol.SyncRequest) error {
 	if req == nil {
 		return errors.New("empty request")
 	}
-	if req.ProtocolVersion != protocol.Version {
-		return fmt.Errorf("protocol version %d, want %d", req.ProtocolVersion, protocol.Version)
+	if err := checkAgentProtocol(req.ProtocolVersion, protocol.Version); err != nil {
+		return err
 	}
 	if req.Generation < 0 || req.AppliedGeneration < 0 {
 		return errors.New("negative generation")

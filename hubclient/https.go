@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -154,11 +155,20 @@ func newHTTPTransport(tc *tls.Config) *http.Transport {
 // fingerprint fp: the connection is refused before the token or the CSR is
 // sent if the hub cannot prove it holds that CA.
 func Enroll(ctx context.Context, hubURL string, fp [32]byte, req *protocol.EnrollRequest) (*protocol.CertificateResponse, error) {
+	return EnrollVia(ctx, nil, hubURL, fp, req)
+}
+
+// EnrollVia is Enroll with the TCP connection made by dial (nil: the
+// package's dialer): the fleet benchmark enrols from many source addresses.
+func EnrollVia(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), hubURL string, fp [32]byte, req *protocol.EnrollRequest) (*protocol.CertificateResponse, error) {
 	u, err := ParseHubURL(hubURL)
 	if err != nil {
 		return nil, err
 	}
 	tr := newHTTPTransport(PinnedTLSConfig(fp, u.Hostname()))
+	if dial != nil {
+		tr.DialContext = dial
+	}
 	defer tr.CloseIdleConnections()
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -211,6 +221,10 @@ type HTTPS struct {
 	base      string
 	cur       *pool
 	notBefore time.Time
+	// diagnose is set after a connection the hub closed before it
+	// answered: the next try (on the caller's backoff) is made so that a
+	// refusal's alert can be read, on that try's one connection.
+	diagnose bool
 }
 
 // pool is one connection pool: one client certificate and its TLS
@@ -219,6 +233,9 @@ type HTTPS struct {
 type pool struct {
 	tr     *http.Transport
 	client *http.Client
+	// diag makes HTTP/1.1 connections that wait briefly for an alert
+	// after the handshake; see dialDiagnostic.
+	diag *http.Client
 	// guarded by HTTPS.mu
 	inflight int
 	retired  bool
@@ -263,7 +280,57 @@ func (t *HTTPS) newPool() *pool {
 	if t.dial != nil {
 		tr.DialContext = t.dial
 	}
-	return &pool{tr: tr, client: &http.Client{Transport: tr}}
+	dtr := newHTTPTransport(tc)
+	dtr.ForceAttemptHTTP2 = false
+	dtr.HTTP2 = nil
+	// A non-nil empty map turns HTTP/2 off: the diagnostic connection
+	// speaks HTTP/1.1, where the hub sends nothing before the request.
+	dtr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	dtr.MaxIdleConnsPerHost = 1
+	dtr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return dialDiagnostic(ctx, tr.DialContext, tc, network, addr)
+	}
+	return &pool{tr: tr, client: &http.Client{Transport: tr}, diag: &http.Client{Transport: dtr}}
+}
+
+// alertWait is how long a diagnostic connection waits after its handshake
+// for the hub to refuse the certificate. In TLS 1.3 the client's handshake
+// ends before the hub has checked its certificate, so a refusal arrives as
+// an alert just after; a request written at once can make the hub reset
+// the connection, and the reset loses the alert.
+const alertWait = time.Second
+
+// dialDiagnostic dials one TLS connection, waits up to alertWait for an
+// alert, and returns the connection for the request if none came: one
+// connection per try, which either names the refusal or carries the sync.
+func dialDiagnostic(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), tc *tls.Config, network, addr string) (net.Conn, error) {
+	raw, err := dial(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	cfg := tc.Clone()
+	cfg.NextProtos = []string{"http/1.1"}
+	c := tls.Client(raw, cfg)
+	if err := c.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, explainTLS(err)
+	}
+	c.SetReadDeadline(time.Now().Add(alertWait))
+	var b [1]byte
+	_, rerr := c.Read(b[:])
+	var ne net.Error
+	if rerr == nil || !errors.As(rerr, &ne) || !ne.Timeout() {
+		// An HTTP/1.1 hub sends nothing before the request: anything
+		// here is a refusal, or a connection that is already gone.
+		c.Close()
+		if rerr == nil {
+			return nil, errors.New("the hub sent data before the request")
+		}
+		return nil, explainTLS(rerr)
+	}
+	// A read timeout leaves a TLS connection usable.
+	c.SetReadDeadline(time.Time{})
+	return c, nil
 }
 
 // URL is the hub URL the transport dials now.
@@ -378,7 +445,7 @@ func (t *HTTPS) redirect(rawURL string) (string, error) {
 
 func (t *HTTPS) do(ctx context.Context, path string, body []byte, out any) error {
 	t.mu.Lock()
-	p, base, notBefore := t.cur, t.base, t.notBefore
+	p, base, notBefore, diagnose := t.cur, t.base, t.notBefore, t.diagnose
 	p.inflight++
 	t.mu.Unlock()
 	defer func() {
@@ -393,9 +460,23 @@ func (t *HTTPS) do(ctx context.Context, path string, body []byte, out any) error
 	if wait := notBefore.Sub(t.clk.Now()); wait > 0 && !clock.Sleep(t.clk, wait, ctx.Done()) {
 		return ctx.Err()
 	}
-	err := post(ctx, p.client, base+path, body, out)
-	if err != nil && ctx.Err() == nil && closedEarly(err) {
-		err = t.probe(ctx, p, base, err)
+	client := p.client
+	if diagnose {
+		client = p.diag
+		defer p.diag.CloseIdleConnections()
+	}
+	// A refusal ends a connection's first request; a request on a
+	// connection that served before (a held poll when the hub went down)
+	// needs no diagnosis.
+	var reused atomic.Bool
+	traced := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused.Store(i.Reused) }})
+	err := post(traced, client, base+path, body, out)
+	if ctx.Err() == nil {
+		// No second connection now: the caller retries on its own
+		// backoff, and that try reads the hub's reason.
+		t.mu.Lock()
+		t.diagnose = err != nil && !reused.Load() && closedEarly(err)
+		t.mu.Unlock()
 	}
 	if leaf := t.cert.Load().Leaf; err != nil && ctx.Err() == nil && leaf != nil && t.clk.Now().After(leaf.NotAfter) {
 		var refused *TLSRefusedError
@@ -469,43 +550,6 @@ func closedEarly(err error) bool {
 	msg := err.Error()
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		strings.Contains(msg, "connection reset by peer") || strings.Contains(msg, "could not be established")
-}
-
-// probe makes one more TLS connection, sends nothing, and reads what the
-// hub says: an alert names the refusal that err hid. Anything else leaves
-// err as it is.
-func (t *HTTPS) probe(ctx context.Context, p *pool, base string, err error) error {
-	u, perr := url.Parse(base)
-	if perr != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	raw, derr := p.tr.DialContext(ctx, "tcp", u.Host)
-	if derr != nil {
-		return err
-	}
-	defer raw.Close()
-	tc := p.tr.TLSClientConfig.Clone()
-	tc.ClientSessionCache = nil
-	tc.NextProtos = []string{"http/1.1"}
-	c := tls.Client(raw, tc)
-	if herr := c.HandshakeContext(ctx); herr != nil {
-		if e := explainTLS(herr); e != herr {
-			return e
-		}
-		return err
-	}
-	// A hub that accepted the certificate waits for a request; one that
-	// refused it sends an alert at once.
-	c.SetReadDeadline(time.Now().Add(time.Second))
-	var b [1]byte
-	if _, rerr := c.Read(b[:]); rerr != nil {
-		if e := explainTLS(rerr); e != rerr {
-			return e
-		}
-	}
-	return err
 }
 
 // TLSRefusedError is the hub refusing this machine's certificate during the

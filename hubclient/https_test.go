@@ -215,7 +215,12 @@ func TestSyncReportsHubErrorsAndHonoursRetryAfter(t *testing.T) {
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("the next sync went out before the Retry-After passed (%d calls)", n)
 	}
-	clk.Advance(2 * time.Second)
+	// At least the Retry-After: a moment before it, the wait goes on.
+	clk.Advance(time.Second - time.Millisecond)
+	if n := clk.Timers(); n != 1 || calls.Load() != 1 {
+		t.Fatalf("%d waits, %d calls a moment before the Retry-After passed; want the sync still waiting", n, calls.Load())
+	}
+	clk.Advance(time.Second)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

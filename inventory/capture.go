@@ -51,24 +51,6 @@ func recordingRunner(run runner, rec recorder) runner {
 	}
 }
 
-// recordingSysctl records every sysctl value read.
-type recordingSysctl struct {
-	sys sysctler
-	rec recorder
-}
-
-func (r recordingSysctl) String(name string) (string, error) {
-	v, err := r.sys.String(name)
-	r.rec.record("sysctl/"+name, []byte(v), err)
-	return v, err
-}
-
-func (r recordingSysctl) Uint(name string) (uint64, error) {
-	v, err := r.sys.Uint(name)
-	r.rec.record("sysctl/"+name, fmt.Appendf(nil, "%d", v), err)
-	return v, err
-}
-
 // Bounds on a capture: a machine's probe reads a few hundred small files
 // and a few command outputs, each already capped at maxOutput.
 const (

@@ -35,3 +35,21 @@ func (unixSysctl) Uint(name string) (uint64, error) {
 	}
 	return 0, fmt.Errorf("sysctl %s: %d bytes, want 4 or 8", name, len(b))
 }
+
+// recordingSysctl records every sysctl value read.
+type recordingSysctl struct {
+	sys sysctler
+	rec recorder
+}
+
+func (r recordingSysctl) String(name string) (string, error) {
+	v, err := r.sys.String(name)
+	r.rec.record("sysctl/"+name, []byte(v), err)
+	return v, err
+}
+
+func (r recordingSysctl) Uint(name string) (uint64, error) {
+	v, err := r.sys.Uint(name)
+	r.rec.record("sysctl/"+name, fmt.Appendf(nil, "%d", v), err)
+	return v, err
+}

@@ -25,6 +25,11 @@ type Inventory struct {
 	Docker         *Docker `json:"docker,omitempty"`
 	// Drivers lists the drivers the agent offers now.
 	Drivers []string `json:"drivers"`
+	// Withdrawn lists offered drivers whose per-machine limited capacity
+	// the machine withdrew for now, with a note saying why: vz, when macOS
+	// refused a guest below its limit of two (its counter is known to
+	// stick). The hub places no more limited workloads with them.
+	Withdrawn []string `json:"withdrawn,omitempty"`
 	// Features lists what this agent understands beyond protocol Version
 	// (AgentFeatures); a hub places work needing a feature only on
 	// machines whose agent reports it.

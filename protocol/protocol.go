@@ -120,6 +120,10 @@ type Status struct {
 // SyncResponse is the hub's answer: the machine's complete desired state, or
 // word that nothing changed since the generation the agent holds.
 type SyncResponse struct {
+	// ProtocolVersion is Version as the hub knows it, set on answers over
+	// HTTPS; zero from hubs older than the field, which speak version 1.
+	// An agent refuses an answer from a hub older than itself.
+	ProtocolVersion int `json:"protocol_version,omitempty"`
 	// StoreID is made when the hub's store is created. An agent that sees
 	// it change keeps everything it holds that is no longer listed.
 	StoreID string `json:"store_id"`

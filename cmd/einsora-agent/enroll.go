@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -50,15 +48,4 @@ agent with: einsora-agent run`,
 	cmd.MarkFlagRequired("hub")
 	cmd.MarkFlagRequired("token")
 	return cmd
-}
-
-// networkTransport is the link of an enrolled agent to its hub: the HTTPS
-// transport, and the renewal of its certificate (run RunRenewal beside the
-// agent).
-func networkTransport(stateDir string, log *slog.Logger) (*agent.Network, error) {
-	nw, err := agent.OpenNetwork(stateDir, agent.NetworkOptions{Logger: log})
-	if errors.Is(err, agent.ErrNotEnrolled) {
-		return nil, fmt.Errorf("%w; or run einsora-hub solo, which runs an agent for this machine in-process", err)
-	}
-	return nw, err
 }

@@ -30,6 +30,7 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(runCmd(), enrollCmd(), statusCmd(), inventoryCmd(), versionCmd(), doctorCmd())
 	root.AddCommand(vzhost.Command())
+	root.AddCommand(cli.GenDocsCmd(root, version))
 	return root
 }
 

@@ -33,6 +33,7 @@ authority in --data. SIGINT or SIGTERM drains: waiting agents are told to reconn
 			opts.Version = version
 			opts.Ready = func(adminURL, agentURL string) {
 				fmt.Fprintf(cmd.OutOrStdout(), "einsora-hub serve: admin API on %s, agents connect to %s, data in %s\n", adminURL, agentURL, opts.DataDir)
+				notifyReady(opts.Logger, adminURL, agentURL)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -119,12 +120,19 @@ func tokenCmd(g *globals) *cobra.Command {
 
 func machineRevokeCmd(g *globals) *cobra.Command {
 	revoke := &cobra.Command{
-		Use:   "revoke ID",
-		Short: "Revoke a machine: its certificate is refused and its agent cut off at once",
+		Use:   "revoke ID [--serial S]",
+		Short: "Revoke a machine: its certificate is refused and its agent cut off at once; with --serial, only that certificate",
 		Args:  cli.Args(cobra.ExactArgs(1)),
 	}
+	var serial string
+	revoke.Flags().StringVar(&serial, "serial", "", "revoke only this certificate of the machine (see: einsora-hub machine show ID)")
 	revoke.RunE = func(cmd *cobra.Command, args []string) error {
-		return run(g, func(ctx context.Context, c *adminapi.Client) error { return c.RevokeMachine(ctx, args[0]) })(cmd, args)
+		return run(g, func(ctx context.Context, c *adminapi.Client) error {
+			if serial != "" {
+				return c.RevokeCertificate(ctx, args[0], serial)
+			}
+			return c.RevokeMachine(ctx, args[0])
+		})(cmd, args)
 	}
 	return revoke
 }

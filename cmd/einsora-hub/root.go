@@ -30,11 +30,12 @@ func newRoot() *cobra.Command {
 	root.AddCommand(soloCmd(), serveCmd(), versionCmd())
 	root.AddCommand(vzhost.Command())
 	g := &globals{}
-	for _, c := range []*cobra.Command{tenantCmd(g), tokenCmd(g), classCmd(g), machineCmd(g), workloadCmd(g), dashboardCmd(g)} {
+	for _, c := range []*cobra.Command{tenantCmd(g), tokenCmd(g), classCmd(g), machineCmd(g), workloadCmd(g), certCmd(g), dashboardCmd(g)} {
 		c.PersistentFlags().StringVar(&g.hub, "hub", envOr("EINSORA_HUB", "http://127.0.0.1:7480"), "admin API of the hub (env EINSORA_HUB)")
 		c.PersistentFlags().StringVar(&g.data, "data", cli.DefaultHubDataDir(), "the hub's data directory, which holds the admin token")
 		root.AddCommand(c)
 	}
+	root.AddCommand(cli.GenDocsCmd(root, version))
 	return root
 }
 
@@ -146,6 +147,7 @@ func tenantCmd(g *globals) *cobra.Command {
 		if err != nil || g.json {
 			return orJSON(ls, ts, err)
 		}
+		plain(ts)
 		rows := make([][]string, len(ts))
 		for i, t := range ts {
 			rows[i] = []string{t.Name, t.Created.Format(time.RFC3339)}
@@ -174,6 +176,7 @@ func classCmd(g *globals) *cobra.Command {
 		if err != nil || g.json {
 			return orJSON(ls, cs, err)
 		}
+		plain(cs)
 		rows := make([][]string, len(cs))
 		for i, c := range cs {
 			rows[i] = []string{c.Name, c.Accelerator, fmt.Sprint(c.Devices), fmt.Sprint(c.CPUs), fmt.Sprint(c.MemoryMB)}
@@ -204,6 +207,7 @@ func machineCmd(g *globals) *cobra.Command {
 		if err != nil || g.json {
 			return orJSON(ls, ms, err)
 		}
+		plain(ms)
 		rows := make([][]string, len(ms))
 		for i, m := range ms {
 			last := "never"
@@ -211,7 +215,7 @@ func machineCmd(g *globals) *cobra.Command {
 				last = m.LastSync.Format(time.RFC3339)
 			}
 			rows[i] = []string{m.ID, m.Name, m.Owner, m.Region, fmt.Sprint(m.Online), last,
-				fmt.Sprintf("%d/%d", m.AppliedGeneration, m.DesiredGeneration), m.AgentVersion}
+				fmt.Sprintf("%d/%d", m.AppliedGeneration, m.DesiredGeneration), agentColumn(m.AgentVersion, version)}
 		}
 		table(ls, "ID\tNAME\tOWNER\tREGION\tONLINE\tLAST_SYNC\tAPPLIED/DESIRED\tAGENT", rows)
 		return nil
@@ -224,6 +228,7 @@ func machineCmd(g *globals) *cobra.Command {
 			if err != nil || g.json {
 				return orJSON(show, m, err)
 			}
+			plain(&m)
 			out := show.OutOrStdout()
 			fmt.Fprintf(out, "id:          %s\nname:        %s\nowner:       %s\nregion:      %s\nonline:      %v\n", m.ID, m.Name, m.Owner, m.Region, m.Online)
 			fmt.Fprintf(out, "generation:  applied %d of %d\nagent:       %s\nplatform:    %s/%s\ndrivers:     %s\n",
@@ -234,10 +239,11 @@ func machineCmd(g *globals) *cobra.Command {
 			if m.CertExpires != nil {
 				fmt.Fprintf(out, "cert:        expires %s\n", m.CertExpires.Format(time.RFC3339))
 			}
+			printCertificates(out, m.Certificates)
 			return nil
 		})(cmd, args)
 	}
-	cmd.AddCommand(ls, show, machineRevokeCmd(g), machineRemoveCmd(g))
+	cmd.AddCommand(ls, show, machineRevokeCmd(g), machineRemoveCmd(g), machineReplaceCmd(g))
 	return cmd
 }
 
@@ -281,6 +287,7 @@ func workloadCmd(g *globals) *cobra.Command {
 		if err != nil || g.json {
 			return orJSON(ls, ws, err)
 		}
+		plain(ws)
 		rows := make([][]string, len(ws))
 		for i, w := range ws {
 			rows[i] = []string{w.ID, w.Name, w.Tenant, w.Kind, w.Class, w.State, w.Machine, w.Driver, fmt.Sprint(w.Attempt)}
@@ -297,6 +304,7 @@ func workloadCmd(g *globals) *cobra.Command {
 			if err != nil || g.json {
 				return orJSON(show, w, err)
 			}
+			plain(&w)
 			fmt.Fprintf(show.OutOrStdout(), "id:       %s\nname:     %s\ntenant:   %s\nkind:     %s\nclass:    %s\nregion:   %s\nimage:    %s\nstate:    %s\nmachine:  %s\ndriver:   %s\nattempt:  %d\nreason:   %s\n",
 				w.ID, w.Name, w.Tenant, w.Kind, w.Class, w.Region, w.Image, w.State, w.Machine, w.Driver, w.Attempt, w.Reason)
 			printSpec(show.OutOrStdout(), w)
@@ -324,6 +332,7 @@ func workloadCmd(g *globals) *cobra.Command {
 			if err != nil || g.json {
 				return orJSON(tl, es, err)
 			}
+			plain(es)
 			for _, e := range es {
 				fmt.Fprintf(tl.OutOrStdout(), "%s  %s\n", e.At.Format(time.RFC3339), e.Text)
 			}

@@ -135,6 +135,10 @@ type Driver struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// changes is made by the first Changes call; see events.go.
+	changesOnce sync.Once
+	changes     chan struct{}
+
 	mu       sync.Mutex
 	closed   bool
 	pending  map[string]*pending // workloads without a container yet

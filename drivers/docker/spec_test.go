@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -18,19 +17,12 @@ import (
 	"github.com/moby/moby/client"
 
 	"einsora.dev/edge/drivers"
+	"einsora.dev/edge/internal/testnet"
 	"einsora.dev/edge/protocol"
 )
 
-// freePort returns a TCP port nothing listens on right now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// freePort returns a TCP port to publish on.
+func freePort(t *testing.T) int { return testnet.FreePort(t) }
 
 // fetch GETs path on the host port, retrying until the deadline while the
 // port is not yet served.

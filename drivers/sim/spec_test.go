@@ -12,18 +12,11 @@ import (
 
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/drivers"
+	"einsora.dev/edge/internal/testnet"
 	"einsora.dev/edge/protocol"
 )
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T) int { return testnet.FreePort(t) }
 
 // readLine dials the TCP port and returns the line it serves, or the error.
 func readLine(port int) (string, error) {

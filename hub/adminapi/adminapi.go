@@ -40,6 +40,7 @@ type Machine struct {
 	Inventory         *protocol.Inventory `json:"inventory,omitempty"`
 	Drivers           []string            `json:"drivers,omitempty"`
 	CertExpires       *time.Time          `json:"cert_expires,omitempty"`
+	Certificates      []Certificate       `json:"certificates,omitempty"`
 }
 
 // Workload is a workload and where it stands.

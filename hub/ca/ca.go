@@ -376,3 +376,12 @@ func writeKey(path string, key *ecdsa.PrivateKey) error {
 	}
 	return atomicfile.Write(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
 }
+
+// Serial is how the hub names a certificate: its serial number in
+// lowercase hex.
+func Serial(cert *x509.Certificate) string {
+	if cert.SerialNumber == nil {
+		return ""
+	}
+	return cert.SerialNumber.Text(16)
+}

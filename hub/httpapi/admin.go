@@ -25,7 +25,10 @@ func (a *API) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/classes", a.createClass)
 	mux.HandleFunc("GET /v1/machines", a.listMachines)
 	mux.HandleFunc("GET /v1/machines/{id}", a.showMachine)
-	mux.HandleFunc("POST /v1/machines/{id}/revoke", a.act(a.hub.RevokeMachine))
+	mux.HandleFunc("POST /v1/machines/{id}/revoke", a.revokeMachine)
+	mux.HandleFunc("POST /v1/machines/{id}/replace", a.act(a.hub.ReplaceMachine))
+	mux.HandleFunc("POST /v1/certificates/{serial}/revoke", a.revokeCertificate)
+	mux.HandleFunc("GET /v1/counters", a.counters)
 	mux.HandleFunc("DELETE /v1/machines/{id}", a.act(a.hub.RemoveMachine))
 	mux.HandleFunc("POST /v1/tokens", a.createToken)
 	mux.HandleFunc("GET /v1/workloads", a.listWorkloads)
@@ -122,6 +125,7 @@ func machineOut(m hub.MachineView, full bool) adminapi.Machine {
 		if m.Inventory != nil {
 			out.Drivers = m.Inventory.Drivers
 		}
+		out.Certificates = certificatesOut(m.Certificates)
 	}
 	return out
 }

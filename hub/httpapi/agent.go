@@ -25,7 +25,9 @@ func (a *API) SyncHandler(identify func(*http.Request) (string, error)) http.Han
 			a.fail(w, r, err, "sync failed", "the hub failed to sync; the agent will retry", "machine", machineID)
 			return
 		}
-		writeJSON(w, http.StatusOK, resp)
+		out := *resp // a copy: resp may be the cached desired state
+		out.ProtocolVersion = protocol.Version
+		writeJSON(w, http.StatusOK, &out)
 	})
 }
 
@@ -85,6 +87,12 @@ func machineHandler(identify func(*http.Request) (string, error), serve func(w h
 		}
 		machineID, err := identify(r)
 		if err != nil {
+			// A revoked certificate is the hub's refusal (403); anything
+			// else is a caller not identified.
+			if code, msg, ok := statusOf(err); ok {
+				writeError(w, code, msg)
+				return
+			}
 			writeError(w, http.StatusUnauthorized, err.Error())
 			return
 		}
@@ -103,5 +111,14 @@ func (a *API) IdentifyClientCert(r *http.Request) (string, error) {
 	if now := a.clk.Now(); now.After(leaf.NotAfter) {
 		return "", fmt.Errorf("this machine's certificate expired at %s; check the machine's clock, then enrol it again with: einsora-agent enroll", leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
-	return ca.MachineID(leaf)
+	id, err := ca.MachineID(leaf)
+	if err != nil {
+		return "", err
+	}
+	// Revoked while its connection stayed open: the handshake's check is
+	// not enough.
+	if err := a.hub.CheckCertificate(r.Context(), id, ca.Serial(leaf)); err != nil {
+		return "", err
+	}
+	return id, nil
 }

@@ -35,6 +35,9 @@ type Hub interface {
 	Machines(ctx context.Context) ([]hub.MachineView, error)
 	Machine(ctx context.Context, id string) (hub.MachineView, error)
 	RevokeMachine(ctx context.Context, id string) error
+	ReplaceMachine(ctx context.Context, id string) error
+	RevokeCertificate(ctx context.Context, machineID, serial string) error
+	CheckCertificate(ctx context.Context, machineID, serial string) error
 	RemoveMachine(ctx context.Context, id string) error
 	CreateEnrollToken(ctx context.Context, owner, region string, ttl time.Duration) (protocol.Token, time.Time, error)
 	Workloads(ctx context.Context) ([]store.Workload, error)
@@ -44,6 +47,7 @@ type Hub interface {
 	ParkWorkload(ctx context.Context, id string) error
 	DeleteWorkload(ctx context.Context, id string) error
 	Timeline(ctx context.Context, id string) ([]store.TimelineEntry, error)
+	Counters() hub.Counters
 	// Workloads' output (hub/logs.go).
 	WorkloadLogs(ctx context.Context, id string, o hub.LogOptions, emit func(protocol.LogLine) error) error
 	AcceptLogs(ctx context.Context, machineID, token string, body io.Reader) error

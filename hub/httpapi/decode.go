@@ -29,7 +29,7 @@ func decodeAdmin(r *http.Request, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return fmt.Errorf("%w: request body: trailing data after the JSON object", hub.ErrInvalid)
 	}
-	return nil
+	return checkPrintable(v)
 }
 
 // DecodeSyncRequest reads and checks a sync request. Unknown fields are

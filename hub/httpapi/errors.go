@@ -22,6 +22,8 @@ func statusOf(err error) (code int, msg string, ok bool) {
 		return http.StatusBadRequest, err.Error(), true
 	case errors.Is(err, hub.ErrTokenRefused):
 		return http.StatusUnauthorized, err.Error(), true
+	case errors.Is(err, hub.ErrCertificateRevoked):
+		return http.StatusForbidden, err.Error() + "; this certificate is no longer honoured: enrol the machine again with a new token: einsora-agent enroll", true
 	case errors.Is(err, hub.ErrRevoked):
 		return http.StatusForbidden, err.Error() + "; an operator revoked this machine: delete the machine-id file in the agent's state directory and enrol it as a new machine", true
 	case errors.Is(err, hub.ErrUnknownMachine):

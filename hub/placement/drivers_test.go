@@ -217,3 +217,29 @@ func TestRule5_VZLimitCountsMacOSGuestsOnly(t *testing.T) {
 		}
 	}
 }
+
+// Rule 5, the limit as the machine counts it: a Mac whose OS refused a
+// macOS guest below the limit withdraws vz's limited capacity, and no macOS
+// guest is placed there until it clears; Linux guests still are.
+func TestRule5_WithdrawnVZCapacityPlacesNoMacOSGuest(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		withdrawn []string
+		image     string
+		fits      bool
+	}{
+		{"macos_offered", nil, macIPSW, true},
+		{"macos_withdrawn", []string{"vz"}, macIPSW, false},
+		{"linux_while_withdrawn", []string{"vz"}, linuxRaw, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := with(mac("m-1", "acme", "r"), holding(vzHeld("a")))
+			m.CPUs, m.MemoryMB, m.Withdrawn = 64, 1<<20, tt.withdrawn
+			f := NewFleet([]Machine{m}, withoutSim())
+			_, err := f.Place(withImage(wl("w", "acme", "r", protocol.KindVM, "cpu-1"), tt.image), class(t, "cpu-1"))
+			if (err == nil) != tt.fits {
+				t.Fatalf("withdrawn %v, image %q: err %v, want fits=%v", tt.withdrawn, tt.image, err, tt.fits)
+			}
+		})
+	}
+}

@@ -76,6 +76,9 @@ func NewFleet(machines []Machine, drivers []Driver) *Fleet {
 		for i, d := range f.drivers {
 			ms.offers[i] = m.Offers(d)
 			ms.limited[d.Name] = m.HeldWith(d)
+			if d.PerMachineLimit > 0 && slices.Contains(m.Withdrawn, d.Name) {
+				ms.limited[d.Name] = d.PerMachineLimit
+			}
 		}
 		f.machines = append(f.machines, ms)
 	}

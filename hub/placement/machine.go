@@ -45,6 +45,9 @@ type Machine struct {
 	Devices map[string][]string
 	// Drivers are the drivers the agent offers now.
 	Drivers []string
+	// Withdrawn are drivers whose limited capacity the machine withdrew
+	// (protocol.Inventory.Withdrawn): their limit counts as reached.
+	Withdrawn []string
 	// Features are the agent's features (protocol.Inventory.Features).
 	Features []string
 	// Engine is the kind of its Docker engine (EngineOf), "" when it

@@ -160,6 +160,7 @@ func TestMetricsAfterAWorkloadsLife(t *testing.T) {
 		{"einsora_hub_tls_handshakes_total", nil, 2, 1e9},
 		{"einsora_hub_long_polls", nil, 0, 1},
 		{"einsora_hub_build_info", []string{"version", "v9.9.9"}, 1, 1},
+		{"einsora_hub_statuses_dropped_total", nil, 0, 1e9},
 	} {
 		if v := value(fams, c.name, c.labels...); v < c.min || v > c.max {
 			t.Errorf("%s%v = %v, want in [%v, %v]", c.name, c.labels, v, c.min, c.max)

@@ -114,6 +114,7 @@ func Run(ctx context.Context, opts Options) error {
 		return errorf("%w", err)
 	}
 	m.Watch(h)
+	m.WatchBounds(h.Counters)
 	health := &Health{Store: st, Leader: h, Lease: "controller:" + cmp.Or(opts.Region, "local"), Clock: clk}
 
 	adminLn, err := net.Listen("tcp", opts.AdminAddr)

@@ -241,7 +241,11 @@ func (s *Server) verifyConnection(cs tls.ConnectionState) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := s.hub.CheckMachine(ctx, id); err != nil {
+	err = s.hub.CheckMachine(ctx, id)
+	if err == nil {
+		err = s.hub.CheckCertificate(ctx, id, ca.Serial(cs.PeerCertificates[0]))
+	}
+	if err != nil {
 		s.log.Debug("handshake refused", "machine", id, "err", err, "resumed", cs.DidResume)
 		return err
 	}
@@ -355,7 +359,8 @@ func (s *Server) isDraining() bool {
 
 func (s *Server) writeReconnect(w http.ResponseWriter) {
 	resp := protocol.SyncResponse{
-		StoreID: s.hub.StoreID(), Unchanged: true, Workloads: []protocol.DesiredWorkload{},
+		ProtocolVersion: protocol.Version,
+		StoreID:         s.hub.StoreID(), Unchanged: true, Workloads: []protocol.DesiredWorkload{},
 		Reconnect: &protocol.Reconnect{URL: s.drainTo}, HubTime: s.clk.Now(),
 	}
 	w.Header().Set("Content-Type", "application/json")

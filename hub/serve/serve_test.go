@@ -130,8 +130,14 @@ func TestRefusedCertificates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := tt.tr().Sync(context.Background(), req)
+			// A refusal whose alert a reset lost is named by the agent's
+			// next try, on that try's one connection.
+			tr := tt.tr()
+			_, err := tr.Sync(context.Background(), req)
 			var refused *hubclient.TLSRefusedError
+			if !errors.As(err, &refused) {
+				_, err = tr.Sync(context.Background(), req)
+			}
 			if !errors.As(err, &refused) || !strings.Contains(err.Error(), tt.says) {
 				t.Fatalf("got %v, want the handshake refused, saying %q", err, tt.says)
 			}
@@ -352,7 +358,10 @@ func TestRestartKeepsWorkloadsAndSpreadsReconnects(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 200 agents")
 	}
-	const agents = 200
+	agents := 200
+	if raceEnabled {
+		agents = 60
+	}
 	e := startEnv(t, envOptions{pollTimeout: 2 * time.Second, limits: serve.Limits{EnrollRate: 1000, EnrollBurst: agents}})
 	type enrolled struct {
 		dir string
@@ -439,12 +448,12 @@ func TestRestartKeepsWorkloadsAndSpreadsReconnects(t *testing.T) {
 	if busiest > agents/4 {
 		t.Errorf("%d of %d agents reconnected within the same 10ms", busiest, agents)
 	}
-	if per := float64(attempts) / agents; per > 3 {
+	if per := float64(attempts) / float64(agents); per > 3 {
 		t.Errorf("%.1f attempts per agent to reconnect, want about one", per)
 	}
 	t.Logf("hub down %s; reconnects from +%s to +%s after it came back, span %s, busiest 10ms: %d, attempts per agent: %.2f",
 		up.Sub(down).Round(time.Millisecond), instants[0].Sub(up).Round(time.Millisecond),
-		instants[len(instants)-1].Sub(up).Round(time.Millisecond), span.Round(time.Millisecond), busiest, float64(attempts)/agents)
+		instants[len(instants)-1].Sub(up).Round(time.Millisecond), span.Round(time.Millisecond), busiest, float64(attempts)/float64(agents))
 
 	// Give the restarted hub a few controller passes, then look: every
 	// workload still runs its first attempt, started once, never told to

@@ -51,8 +51,8 @@ type Tx interface {
 	// MachinesAfter returns at most limit machines whose IDs sort after
 	// after ("" for the first), in ID order: one page of the fleet.
 	MachinesAfter(after string, limit int) ([]Machine, error)
-	// DeleteMachine removes the machine and its statuses; ErrNotFound if
-	// there is none.
+	// DeleteMachine removes the machine, its statuses and its
+	// certificates; ErrNotFound if there is none.
 	DeleteMachine(id string) error
 	// BumpGeneration increments the machine's desired generation and
 	// returns the new value.
@@ -72,9 +72,40 @@ type Tx interface {
 	PutStatus(s StatusRecord) error
 	// Statuses returns the latest statuses machineID reported.
 	Statuses(machineID string) ([]StatusRecord, error)
+	// DeleteStatus forgets machineID's status of workloadID; deleting one
+	// that is not there is no error.
+	DeleteStatus(machineID, workloadID string) error
 
 	AddTimeline(e TimelineEntry) error
+	// Timeline returns a workload's lines, oldest first.
 	Timeline(workloadID string) ([]TimelineEntry, error)
+	// LastTimeline returns a workload's newest line; ErrNotFound if it
+	// has none.
+	LastTimeline(workloadID string) (TimelineEntry, error)
+	// ReplaceLastTimeline replaces the newest line of e.Workload with e.
+	ReplaceLastTimeline(e TimelineEntry) error
+	// TrimTimeline keeps a workload's newest keep lines. When it drops
+	// any, the oldest line kept is replaced by note, so the timeline says
+	// at its top that it lost lines. It returns how many it dropped.
+	TrimTimeline(workloadID string, keep int, note string) (int, error)
+	// LongTimelines returns the workloads whose timelines hold more than
+	// keep lines, at most limit of them.
+	LongTimelines(keep, limit int) ([]string, error)
+	// DeleteRemovedTimelines deletes the lines of every workload no longer
+	// in the store whose newest line is older than before, and returns how
+	// many lines went.
+	DeleteRemovedTimelines(before time.Time) (int, error)
+
+	// PutCertificate inserts or replaces the certificate of c.Serial.
+	PutCertificate(c Certificate) error
+	// Certificate returns the certificate of serial; ErrNotFound if the
+	// hub never issued it (or forgot it).
+	Certificate(serial string) (Certificate, error)
+	// Certificates returns machineID's certificates, oldest first.
+	Certificates(machineID string) ([]Certificate, error)
+	// PruneCertificates deletes machineID's certificates that expired
+	// before now, then all but its newest keep, and returns how many went.
+	PruneCertificates(machineID string, now time.Time, keep int) (int, error)
 
 	// CreateToken stores an enrolment token by its hash.
 	CreateToken(t Token) error
@@ -240,4 +271,27 @@ type TimelineEntry struct {
 	Workload string
 	At       time.Time
 	Text     string
+	// Kind names lines that may collapse into one ("rebooted"); empty
+	// for lines that never do.
+	Kind string
+	// Count is how many lines of Kind this one stands for, the first
+	// written at First and the last at At. Zero reads as one.
+	Count int
+	First time.Time
+}
+
+// Certificate is a client certificate the hub issued to a machine.
+type Certificate struct {
+	// Serial is the certificate's serial number in lowercase hex.
+	Serial  string
+	Machine string
+	Issued  time.Time
+	Expires time.Time
+	// Revoked is when an operator revoked it; zero while it is not.
+	Revoked time.Time
+}
+
+// Live reports whether c is neither expired nor revoked at now.
+func (c Certificate) Live(now time.Time) bool {
+	return c.Revoked.IsZero() && now.Before(c.Expires)
 }

@@ -170,6 +170,15 @@ func checkDrivers(inv *protocol.Inventory, driverOS func(string) (string, bool))
 			return broke("driver-os", "%q runs on %s, reported from %s", d, os, inv.OS)
 		}
 	}
+	// Withdrawing capacity only takes it away, but it must name drivers
+	// the machine offers, each once.
+	withdrawn := make(map[string]bool, len(inv.Withdrawn))
+	for _, d := range inv.Withdrawn {
+		if !seen[d] || withdrawn[d] {
+			return broke("withdrawn", "%q is not an offered driver, or is listed twice", d)
+		}
+		withdrawn[d] = true
+	}
 	return nil
 }
 

@@ -62,6 +62,12 @@ func TestCheckInventory(t *testing.T) {
 		{"linux_first_inventory", "", "", linuxGPUBox, ""},
 		{"apple_mac_registered", "darwin", "arm64", appleMac, ""},
 		{"apple_mac_first_inventory", "", "", appleMac, ""},
+		{"apple_mac_vz_withdrawn", "darwin", "arm64", func() *protocol.Inventory {
+			i := appleMac()
+			i.Drivers = []string{"vz"}
+			i.Withdrawn = []string{"vz"}
+			return i
+		}, ""},
 		{"nil_inventory", "", "", func() *protocol.Inventory { return nil }, "missing"},
 
 		{"darwin_from_linux_registered_machine", "linux", "arm64", appleMac, "os-registered"},
@@ -90,6 +96,13 @@ func TestCheckInventory(t *testing.T) {
 
 		{"driver_from_wrong_os", "linux", "amd64", func() *protocol.Inventory { i := linuxGPUBox(); i.Drivers = append(i.Drivers, "vz"); return i }, "driver-os"},
 		{"docker_driver_on_mac", "darwin", "arm64", func() *protocol.Inventory { i := appleMac(); i.Drivers = []string{"docker"}; return i }, "driver-os"},
+		{"withdrawn_not_offered", "darwin", "arm64", func() *protocol.Inventory { i := appleMac(); i.Withdrawn = []string{"vz"}; i.Drivers = nil; return i }, "withdrawn"},
+		{"withdrawn_twice", "darwin", "arm64", func() *protocol.Inventory {
+			i := appleMac()
+			i.Drivers = []string{"vz"}
+			i.Withdrawn = []string{"vz", "vz"}
+			return i
+		}, "withdrawn"},
 		{"unknown_driver", "", "", func() *protocol.Inventory { i := linuxGPUBox(); i.Drivers = []string{"firecracker"}; return i }, "driver-unknown"},
 		{"driver_twice", "", "", func() *protocol.Inventory { i := linuxGPUBox(); i.Drivers = []string{"docker", "docker"}; return i }, "driver-duplicate"},
 

@@ -36,6 +36,13 @@ var migrations = []string{
 	`CREATE TABLE tokens (hash TEXT PRIMARY KEY, owner TEXT NOT NULL, region TEXT NOT NULL, created BIGINT NOT NULL,
 		expires BIGINT NOT NULL, used BIGINT NOT NULL);
 	CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, epoch BIGINT NOT NULL, expires BIGINT NOT NULL);`,
+	// Collapsed timeline lines (issue 14) and every certificate issued.
+	`ALTER TABLE timeline ADD COLUMN kind TEXT NOT NULL DEFAULT '';
+	ALTER TABLE timeline ADD COLUMN repeats BIGINT NOT NULL DEFAULT 1;
+	ALTER TABLE timeline ADD COLUMN first_at BIGINT NOT NULL DEFAULT 0;
+	CREATE TABLE certificates (serial TEXT PRIMARY KEY, machine TEXT NOT NULL, issued BIGINT NOT NULL,
+		expires BIGINT NOT NULL, revoked BIGINT NOT NULL);
+	CREATE INDEX certificates_machine ON certificates (machine, issued);`,
 }
 
 // migrationLock is the key of the advisory lock every migration

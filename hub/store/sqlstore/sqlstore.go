@@ -375,8 +375,10 @@ func (t *tx) machines(rows *sql.Rows, err error) ([]store.Machine, error) {
 }
 
 func (t *tx) DeleteMachine(id string) error {
-	if _, err := t.exec(`DELETE FROM statuses WHERE machine = ?`, id); err != nil {
-		return fmt.Errorf("machine %q: %w", id, err)
+	for _, q := range []string{`DELETE FROM statuses WHERE machine = ?`, `DELETE FROM certificates WHERE machine = ?`} {
+		if _, err := t.exec(q, id); err != nil {
+			return fmt.Errorf("machine %q: %w", id, err)
+		}
 	}
 	res, err := t.exec(`DELETE FROM machines WHERE id = ?`, id)
 	if err != nil {
@@ -529,6 +531,11 @@ func (t *tx) PutStatus(s store.StatusRecord) error {
 	return err
 }
 
+func (t *tx) DeleteStatus(machineID, workloadID string) error {
+	_, err := t.exec(`DELETE FROM statuses WHERE machine = ? AND workload = ?`, machineID, workloadID)
+	return err
+}
+
 func (t *tx) Statuses(machineID string) ([]store.StatusRecord, error) {
 	rows, err := t.query(`SELECT machine, workload, attempt, mode, generation, code, exit_code, detail, at, restarts
 		FROM statuses WHERE machine = ? ORDER BY workload`+t.s.d.Collate, machineID)
@@ -556,27 +563,166 @@ func (t *tx) Statuses(machineID string) ([]store.StatusRecord, error) {
 }
 
 func (t *tx) AddTimeline(e store.TimelineEntry) error {
-	_, err := t.exec(`INSERT INTO timeline (workload, at, text) VALUES (?, ?, ?)`, e.Workload, ts(e.At), e.Text)
+	_, err := t.exec(`INSERT INTO timeline (workload, at, text, kind, repeats, first_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		e.Workload, ts(e.At), e.Text, e.Kind, max(e.Count, 1), ts(e.First))
 	return err
 }
 
+const timelineColumns = `workload, at, text, kind, repeats, first_at`
+
+func scanTimeline(sc interface{ Scan(...any) error }) (store.TimelineEntry, error) {
+	var e store.TimelineEntry
+	var at, first, repeats int64
+	if err := sc.Scan(&e.Workload, &at, &e.Text, &e.Kind, &repeats, &first); err != nil {
+		return e, err
+	}
+	e.At, e.First, e.Count = fromTS(at), fromTS(first), int(repeats)
+	return e, nil
+}
+
 func (t *tx) Timeline(workloadID string) ([]store.TimelineEntry, error) {
-	rows, err := t.query(`SELECT workload, at, text FROM timeline WHERE workload = ? ORDER BY seq`, workloadID)
+	rows, err := t.query(`SELECT `+timelineColumns+` FROM timeline WHERE workload = ? ORDER BY seq`, workloadID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	var out []store.TimelineEntry
 	for rows.Next() {
-		var e store.TimelineEntry
-		var at int64
-		if err := rows.Scan(&e.Workload, &at, &e.Text); err != nil {
+		e, err := scanTimeline(rows)
+		if err != nil {
 			return nil, err
 		}
-		e.At = fromTS(at)
 		out = append(out, e)
 	}
 	return out, t.seen(rows.Err())
+}
+
+func (t *tx) LastTimeline(workloadID string) (store.TimelineEntry, error) {
+	e, err := scanTimeline(t.queryRow(`SELECT `+timelineColumns+` FROM timeline WHERE workload = ? ORDER BY seq DESC LIMIT 1`, workloadID))
+	if err != nil {
+		return e, notFound("timeline of workload", workloadID, err)
+	}
+	return e, nil
+}
+
+func (t *tx) ReplaceLastTimeline(e store.TimelineEntry) error {
+	res, err := t.exec(`UPDATE timeline SET at = ?, text = ?, kind = ?, repeats = ?, first_at = ?
+		WHERE seq = (SELECT MAX(seq) FROM timeline WHERE workload = ?)`,
+		ts(e.At), e.Text, e.Kind, max(e.Count, 1), ts(e.First), e.Workload)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("timeline of workload %q: %w", e.Workload, store.ErrNotFound)
+	}
+	return nil
+}
+
+func (t *tx) TrimTimeline(workloadID string, keep int, note string) (int, error) {
+	if keep < 1 {
+		return 0, fmt.Errorf("trim timeline of workload %q: keep %d lines, want at least 1", workloadID, keep)
+	}
+	res, err := t.exec(`DELETE FROM timeline WHERE workload = ? AND seq <=
+		(SELECT seq FROM timeline WHERE workload = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)`, workloadID, workloadID, keep)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	if n == 0 {
+		return 0, nil
+	}
+	_, err = t.exec(`UPDATE timeline SET text = ?, kind = '', repeats = 1, first_at = 0
+		WHERE seq = (SELECT MIN(seq) FROM timeline WHERE workload = ?)`, note, workloadID)
+	return int(n), err
+}
+
+func (t *tx) LongTimelines(keep, limit int) ([]string, error) {
+	rows, err := t.query(`SELECT workload FROM timeline GROUP BY workload HAVING COUNT(*) > ?
+		ORDER BY workload`+t.s.d.Collate+` LIMIT ?`, keep, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var w string
+		if err := rows.Scan(&w); err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, t.seen(rows.Err())
+}
+
+func (t *tx) DeleteRemovedTimelines(before time.Time) (int, error) {
+	res, err := t.exec(`DELETE FROM timeline WHERE workload IN (SELECT l.workload FROM timeline l
+		WHERE NOT EXISTS (SELECT 1 FROM workloads w WHERE w.id = l.workload)
+		GROUP BY l.workload HAVING MAX(l.at) < ?)`, ts(before))
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
+func (t *tx) PutCertificate(c store.Certificate) error {
+	_, err := t.exec(`INSERT INTO certificates (serial, machine, issued, expires, revoked) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (serial) DO UPDATE SET machine = excluded.machine, issued = excluded.issued,
+		expires = excluded.expires, revoked = excluded.revoked`,
+		c.Serial, c.Machine, ts(c.Issued), ts(c.Expires), ts(c.Revoked))
+	return err
+}
+
+const certificateColumns = `serial, machine, issued, expires, revoked`
+
+func scanCertificate(sc interface{ Scan(...any) error }) (store.Certificate, error) {
+	var c store.Certificate
+	var issued, expires, revoked int64
+	if err := sc.Scan(&c.Serial, &c.Machine, &issued, &expires, &revoked); err != nil {
+		return c, err
+	}
+	c.Issued, c.Expires, c.Revoked = fromTS(issued), fromTS(expires), fromTS(revoked)
+	return c, nil
+}
+
+func (t *tx) Certificate(serial string) (store.Certificate, error) {
+	c, err := scanCertificate(t.queryRow(`SELECT `+certificateColumns+` FROM certificates WHERE serial = ?`, serial))
+	if err != nil {
+		return c, notFound("certificate", serial, err)
+	}
+	return c, nil
+}
+
+func (t *tx) Certificates(machineID string) ([]store.Certificate, error) {
+	rows, err := t.query(`SELECT `+certificateColumns+` FROM certificates WHERE machine = ? ORDER BY issued, serial`+t.s.d.Collate, machineID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Certificate
+	for rows.Next() {
+		c, err := scanCertificate(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, t.seen(rows.Err())
+}
+
+func (t *tx) PruneCertificates(machineID string, now time.Time, keep int) (int, error) {
+	res, err := t.exec(`DELETE FROM certificates WHERE machine = ? AND expires < ?`, machineID, ts(now))
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	res, err = t.exec(`DELETE FROM certificates WHERE machine = ? AND serial NOT IN
+		(SELECT serial FROM certificates WHERE machine = ? ORDER BY issued DESC, serial DESC LIMIT ?)`, machineID, machineID, max(keep, 0))
+	if err != nil {
+		return 0, err
+	}
+	m, _ := res.RowsAffected()
+	return int(n + m), nil
 }
 
 func (t *tx) CreateToken(tk store.Token) error {

@@ -34,6 +34,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("failed_update_rolls_back", func(t *testing.T) { testRollback(t, open(t)) })
 	t.Run("tokens_are_single_use", func(t *testing.T) { testTokens(t, open(t)) })
 	t.Run("leases", func(t *testing.T) { testLeases(t, open(t)) })
+	t.Run("stale_status_deleted", func(t *testing.T) { testDeleteStatus(t, open(t)) })
+	t.Run("timeline_collapses_and_trims", func(t *testing.T) { testTimelineBounds(t, open(t)) })
+	t.Run("removed_timelines_deleted", func(t *testing.T) { testRemovedTimelines(t, open(t)) })
+	t.Run("certificates", func(t *testing.T) { testCertificates(t, open(t)) })
 }
 
 var at = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)

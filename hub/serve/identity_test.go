@@ -1,0 +1,48 @@
+package serve_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"einsora.dev/edge/hubclient"
+	"einsora.dev/edge/protocol"
+)
+
+// A replaced machine's certificate is refused at the handshake, resumed
+// or not, and so is a certificate of an enrolled machine that the hub has
+// no record of issuing.
+func TestReplacedOrUnknownCertificateRefusedAtHandshake(t *testing.T) {
+	e := startEnv(t, envOptions{pollTimeout: time.Second})
+	dir, nw := e.enroll()
+	b, _ := os.ReadFile(filepath.Join(dir, "machine-id"))
+	id := strings.TrimSpace(string(b))
+	tr := nw.Transport()
+	raw := rawClient(e, *tr.Certificate())
+	if _, status, err := rawSync(t, e, raw); err != nil || status != http.StatusOK {
+		t.Fatalf("first raw sync: %d, %v", status, err)
+	}
+
+	certPEM, key := signed(t, e.ca, id)
+	_, err := transportWith(t, e, certPEM, key).Sync(context.Background(), &protocol.SyncRequest{ProtocolVersion: protocol.Version})
+	var refused *hubclient.TLSRefusedError
+	if !errors.As(err, &refused) {
+		t.Errorf("a certificate the hub never recorded: got %v, want the handshake refused", err)
+	}
+
+	if err := e.hub.ReplaceMachine(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	resumed, _, err := rawSync(t, e, raw)
+	if !resumed {
+		t.Fatal("the session was not resumed: the test shows nothing")
+	}
+	if err == nil || !strings.Contains(err.Error(), "bad certificate") {
+		t.Fatalf("resumed session of a replaced certificate: got %v, want the handshake refused", err)
+	}
+}

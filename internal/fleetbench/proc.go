@@ -1,0 +1,125 @@
+package fleetbench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// cpuTime is the CPU time process pid's threads have used, in
+// nanoseconds from the scheduler (/proc/PID/task/*/schedstat): the 10 ms
+// ticks of /proc/PID/stat are too coarse for one change. A thread that
+// exited takes its time with it; Go's threads rarely exit.
+func cpuTime(pid int) (time.Duration, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("read the CPU time of process %d: no threads in /proc", pid)
+	}
+	var sum int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread ended
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			continue
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %q", t, b)
+		}
+		sum += ns
+	}
+	return time.Duration(sum), nil
+}
+
+// rssKiB is process pid's resident set size.
+func rssKiB(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read the memory of process %d: %w", pid, err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+}
+
+// RaiseOpenFiles raises the soft limit of open files to the hard limit
+// and returns it; children (the hub) inherit it.
+func RaiseOpenFiles() (uint64, error) {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		return 0, fmt.Errorf("read the open-file limit: %w", err)
+	}
+	r.Cur = r.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		return 0, fmt.Errorf("raise the open-file limit to %d: %w", r.Max, err)
+	}
+	return r.Cur, nil
+}
+
+// sourceAddr is agent i's loopback source address: 127.1.x.y, so no
+// address runs out of ports and per-address limits see one machine each.
+func sourceAddr(i int) net.IP {
+	return net.IPv4(127, 1+byte(i/62500), byte(i/250%250), byte(1+i%250))
+}
+
+type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// meter counts the fleet's dials and bytes on the wire (TLS records with
+// their headers, as TCP carries them; not TCP/IP headers).
+type meter struct {
+	dials atomic.Int64
+	bytes atomic.Int64
+}
+
+// dialer dials from agent i's source address, counting.
+func (m *meter) dialer(i int) dialFunc {
+	d := &net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: sourceAddr(i)}}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			return nil, fmt.Errorf("fleetbench dials loopback only, not %s", addr)
+		}
+		m.dials.Add(1)
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &countedConn{Conn: c, n: &m.bytes}, nil
+	}
+}
+
+type countedConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c *countedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (c *countedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.n.Add(int64(n))
+	return n, err
+}

@@ -1,0 +1,57 @@
+// Command fleetbench measures einsora-hub serve with N simulated agents,
+// beside a stock Go TLS long-poll server: make bench-fleet N=1000. See
+// docs/performance.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"time"
+
+	"einsora.dev/edge/internal/fleetbench"
+)
+
+func main() {
+	// Started again by itself as the baseline server.
+	if dir := os.Getenv(fleetbench.BaselineEnv); dir != "" {
+		if err := fleetbench.ServeBaseline(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "fleetbench baseline:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	var cfg fleetbench.Config
+	flag.IntVar(&cfg.N, "n", 1000, "simulated agents")
+	flag.StringVar(&cfg.HubBin, "hub", "bin/einsora-hub", "the einsora-hub binary to measure")
+	flag.DurationVar(&cfg.Window, "window", 50*time.Second, "how long idle CPU and traffic are measured: a whole number of poll holds (25 s), so every agent polls as often in it")
+	flag.IntVar(&cfg.Changes, "changes", 60, "single-workload changes measured (create, park, run cycles)")
+	keep := flag.Bool("keep", false, "keep the hub's data directory and logs")
+	flag.Parse()
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleetbench:", err)
+		os.Exit(1)
+	}
+	cfg.Self = self
+	cfg.Out = os.Stdout
+	cfg.Dir, err = os.MkdirTemp("", "fleetbench-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleetbench:", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err = fleetbench.Run(ctx, cfg)
+	stop()
+	if *keep || err != nil {
+		fmt.Fprintln(os.Stderr, "fleetbench: data and logs in", cfg.Dir)
+	} else {
+		os.RemoveAll(cfg.Dir)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
