@@ -24,9 +24,11 @@ var ErrUnavailable = errors.New("unavailable")
 
 // Bounds of the log relay.
 const (
-	// MaxLogWantsPerMachine and MaxLogWants bound the log requests
-	// waiting or streaming, per machine and in all.
+	// MaxLogWantsPerMachine, MaxLogWantsPerTenant and MaxLogWants bound
+	// the log requests waiting or streaming, per machine, per tenant and
+	// in all.
 	MaxLogWantsPerMachine = 8
+	MaxLogWantsPerTenant  = 32
 	MaxLogWants           = 256
 	// DefaultLogConnectTimeout is how long a log request waits for the
 	// machine's upload before it fails.
@@ -66,6 +68,7 @@ type logRelay struct {
 	mu         sync.Mutex
 	wants      map[string]*logWant // by token
 	perMachine map[string]int
+	perTenant  map[string]int
 	buckets    map[string]*bucket // by machine
 	local      LocalLogs
 	// connectTimeout and rate: zero reads as the defaults.
@@ -75,6 +78,7 @@ type logRelay struct {
 
 type logWant struct {
 	machine string
+	tenant  string
 	req     protocol.LogRequest
 	sent    bool // handed to the machine in a sync answer
 	claimed bool // its upload arrived
@@ -153,7 +157,7 @@ func (h *Hub) WorkloadLogs(ctx context.Context, id string, o LogOptions, emit fu
 		return fmt.Errorf("%w: machine %s (%s), which holds workload %s, is offline: silent for %s", ErrUnavailable,
 			m.ID, m.Name, id, h.presence.offlineFor(m).Round(time.Second))
 	}
-	want, err := h.logs.register(w.Machine, req)
+	want, err := h.logs.register(w.Machine, w.Tenant, req)
 	if err != nil {
 		return err
 	}
@@ -205,11 +209,14 @@ func (h *Hub) WorkloadLogs(ctx context.Context, id string, o LogOptions, emit fu
 	}
 }
 
-func (r *logRelay) register(machine string, req protocol.LogRequest) (*logWant, error) {
+func (r *logRelay) register(machine, tenant string, req protocol.LogRequest) (*logWant, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.wants == nil {
-		r.wants, r.perMachine = map[string]*logWant{}, map[string]int{}
+		r.wants, r.perMachine, r.perTenant = map[string]*logWant{}, map[string]int{}, map[string]int{}
+	}
+	if r.perTenant[tenant] >= MaxLogWantsPerTenant {
+		return nil, fmt.Errorf("%w: tenant %s already streams %d workload outputs; try again when one ends", ErrUnavailable, tenant, MaxLogWantsPerTenant)
 	}
 	if r.perMachine[machine] >= MaxLogWantsPerMachine {
 		return nil, fmt.Errorf("%w: machine %s already streams %d workload outputs; try again when one ends", ErrUnavailable, machine, MaxLogWantsPerMachine)
@@ -220,10 +227,11 @@ func (r *logRelay) register(machine string, req protocol.LogRequest) (*logWant, 
 	var b [16]byte
 	rand.Read(b[:])
 	req.Token = hex.EncodeToString(b[:])
-	w := &logWant{machine: machine, req: req, connected: make(chan struct{}), ended: make(chan struct{}),
+	w := &logWant{machine: machine, tenant: tenant, req: req, connected: make(chan struct{}), ended: make(chan struct{}),
 		gone: make(chan struct{}), lines: make(chan protocol.LogLine, logBuffer)}
 	r.wants[req.Token] = w
 	r.perMachine[machine]++
+	r.perTenant[tenant]++
 	return w, nil
 }
 
@@ -235,6 +243,9 @@ func (r *logRelay) unregister(w *logWant) {
 	if r.perMachine[w.machine]--; r.perMachine[w.machine] <= 0 {
 		delete(r.perMachine, w.machine)
 		delete(r.buckets, w.machine)
+	}
+	if r.perTenant[w.tenant]--; r.perTenant[w.tenant] <= 0 {
+		delete(r.perTenant, w.tenant)
 	}
 }
 

@@ -164,7 +164,7 @@ func TestLogRequestsAreBoundedPerMachine(t *testing.T) {
 	h, w := placed(t)
 	var wants []*logWant
 	for range MaxLogWantsPerMachine {
-		lw, err := h.logs.register("m-1", protocol.LogRequest{Workload: w.ID})
+		lw, err := h.logs.register("m-1", "local", protocol.LogRequest{Workload: w.ID})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,8 +180,24 @@ func TestLogRequestsAreBoundedPerMachine(t *testing.T) {
 	for _, lw := range wants {
 		h.logs.unregister(lw)
 	}
-	if len(h.logs.wants) != 0 || len(h.logs.perMachine) != 0 {
-		t.Errorf("left %d wants, %v", len(h.logs.wants), h.logs.perMachine)
+	if len(h.logs.wants) != 0 || len(h.logs.perMachine) != 0 || len(h.logs.perTenant) != 0 {
+		t.Errorf("left %d wants, %v, %v", len(h.logs.wants), h.logs.perMachine, h.logs.perTenant)
+	}
+	// Per tenant, across its machines.
+	for i := range MaxLogWantsPerTenant {
+		lw, err := h.logs.register(fmt.Sprintf("m-%d", i), "local", protocol.LogRequest{Workload: w.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.logs.unregister(lw)
+	}
+	if _, err := h.logs.register("m-other", "local", protocol.LogRequest{Workload: w.ID}); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "tenant local") {
+		t.Errorf("over the tenant's bound: %v", err)
+	}
+	if lw, err := h.logs.register("m-other", "acme", protocol.LogRequest{Workload: w.ID}); err != nil {
+		t.Errorf("another tenant: %v", err)
+	} else {
+		h.logs.unregister(lw)
 	}
 }
 
