@@ -50,6 +50,19 @@ func (a *Agent) startUploads(ctx context.Context, reqs []protocol.LogRequest) {
 		a.log.Warn("the hub asked for workload output, but this agent's transport cannot upload it", "requests", len(reqs))
 		return
 	}
+	// Only workloads this agent holds or was told of: a request for any
+	// other name would make an empty ring for it, never removed.
+	a.mu.Lock()
+	known := map[string]bool{}
+	for id := range a.state.Workloads {
+		known[id] = true
+	}
+	if a.state.Desired != nil {
+		for _, w := range a.state.Desired.Workloads {
+			known[w.ID] = true
+		}
+	}
+	a.mu.Unlock()
 	a.uploads.mu.Lock()
 	defer a.uploads.mu.Unlock()
 	if a.uploads.active == nil {
@@ -57,6 +70,10 @@ func (a *Agent) startUploads(ctx context.Context, reqs []protocol.LogRequest) {
 	}
 	for _, r := range reqs[:min(len(reqs), protocol.MaxLogRequests)] {
 		if r.Token == "" || a.uploads.active[r.Token] {
+			continue
+		}
+		if !known[r.Workload] {
+			a.log.Warn("the hub asked for the output of a workload this agent does not hold; ignored", "workload", r.Workload)
 			continue
 		}
 		if len(a.uploads.active) >= maxUploads {

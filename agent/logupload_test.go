@@ -123,3 +123,24 @@ func TestUploadEndsWhenTheHubStopsReading(t *testing.T) {
 		return len(h.agent.uploads.active) == 0
 	})
 }
+
+func TestUploadOfAnUnknownWorkloadIsRefused(t *testing.T) {
+	f := newFakeHub()
+	u := &uploadingHub{fakeHub: f, keep: 1000, lines: map[string][]protocol.LogLine{}, started: map[string]int{}, ended: map[string]bool{}}
+	dir := t.TempDir()
+	h := startAgent(t, dir, f, func(c *Config) { c.Transport = u })
+	f.mu.Lock()
+	resp := f.desired
+	f.mu.Unlock()
+	resp.Generation++
+	resp.Logs = []protocol.LogRequest{{Token: "tok-x", Workload: "w-nobody", Follow: true}}
+	f.setRaw(resp)
+	waitFor(t, "the request seen", func() bool { return f.syncs() > 2 })
+	time.Sleep(100 * time.Millisecond)
+	if _, started, _ := u.get("tok-x"); started != 0 {
+		t.Errorf("an upload started for a workload the agent does not hold")
+	}
+	if es, _ := h.agent.Logs().Read("w-nobody", 0, time.Time{}); len(es) != 0 {
+		t.Errorf("entries for nobody: %v", es)
+	}
+}
