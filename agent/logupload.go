@@ -50,19 +50,6 @@ func (a *Agent) startUploads(ctx context.Context, reqs []protocol.LogRequest) {
 		a.log.Warn("the hub asked for workload output, but this agent's transport cannot upload it", "requests", len(reqs))
 		return
 	}
-	// Only workloads this agent holds or was told of: a request for any
-	// other name would make an empty ring for it, never removed.
-	a.mu.Lock()
-	known := map[string]bool{}
-	for id := range a.state.Workloads {
-		known[id] = true
-	}
-	if a.state.Desired != nil {
-		for _, w := range a.state.Desired.Workloads {
-			known[w.ID] = true
-		}
-	}
-	a.mu.Unlock()
 	a.uploads.mu.Lock()
 	defer a.uploads.mu.Unlock()
 	if a.uploads.active == nil {
@@ -72,7 +59,7 @@ func (a *Agent) startUploads(ctx context.Context, reqs []protocol.LogRequest) {
 		if r.Token == "" || a.uploads.active[r.Token] {
 			continue
 		}
-		if !known[r.Workload] {
+		if !a.knows(r.Workload) {
 			a.log.Warn("the hub asked for the output of a workload this agent does not hold; ignored", "workload", r.Workload)
 			continue
 		}
@@ -118,6 +105,11 @@ func (a *Agent) upload(ctx context.Context, up logUploader, r protocol.LogReques
 // emit ends it. solo's hub calls it in-process; uploads call it for the
 // networked hub.
 func (a *Agent) StreamLogs(ctx context.Context, req protocol.LogRequest, emit func(protocol.LogLine) error) error {
+	if !a.knows(req.Workload) {
+		// Removed (or never here): nothing to send, and a follow must not
+		// make an empty ring for it that nothing would remove.
+		return nil
+	}
 	var follow <-chan logs.Entry
 	if req.Follow {
 		// Followed before the kept lines are read, so none falls between.
@@ -157,4 +149,23 @@ func (a *Agent) StreamLogs(ctx context.Context, req protocol.LogRequest, emit fu
 			return ctx.Err()
 		}
 	}
+}
+
+// knows reports whether the agent holds workload id or was told of it:
+// only those have output, and only their rings may be made.
+func (a *Agent) knows(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.state.Workloads[id]; ok {
+		return true
+	}
+	if a.state.Desired != nil {
+		for _, w := range a.state.Desired.Workloads {
+			// One listed for removal and no longer held is gone.
+			if w.ID == id && w.Mode != protocol.ModeRemove {
+				return true
+			}
+		}
+	}
+	return false
 }
