@@ -46,8 +46,14 @@ func (a *Agent) syncLoop(ctx context.Context) {
 		cutShort := a.news
 		a.mu.Unlock()
 		cancel()
+		var logReqs []protocol.LogRequest
 		if err == nil {
+			// Log requests ride beside desired state: never saved with it.
+			logReqs, resp.Logs = resp.Logs, nil
 			err = a.accept(resp, req)
+		}
+		if err == nil && len(logReqs) > 0 {
+			a.startUploads(ctx, logReqs)
 		}
 		if err != nil {
 			if ctx.Err() != nil {

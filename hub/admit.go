@@ -59,6 +59,7 @@ func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[s
 		return c.queue(tx, w, "its class "+w.Class+" no longer exists", ReasonClassMissing, placed)
 	}
 	pw := placement.Workload{ID: w.ID, Tenant: w.Tenant, Region: w.Region, Kind: w.Kind, Class: w.Class, Image: w.Image}
+	pw.Ports, pw.Needs = specNeeds(w.Spec)
 	if w.Machine != "" {
 		// It has run before and its machine holds its data.
 		pw.HeldMachine, pw.HeldDriver = w.Machine, w.Driver
@@ -73,6 +74,7 @@ func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[s
 	}
 	old := w.Machine
 	w.Attempt++
+	w.Restarts = 0
 	w.Progress = c.clk.Now()
 	if old != "" && old != d.Machine {
 		// Its old machine no longer lists it: the agent there stops it and

@@ -67,6 +67,9 @@ type Config struct {
 	// workload is kept (retention.go).
 	TimelineMax       int
 	TimelineRetention time.Duration
+	// SecretKey (32 bytes, LoadOrCreateSecretKey) seals workloads' secret
+	// environment in the store; nil refuses secrets.
+	SecretKey []byte
 }
 
 // Defaults from ADR-0016 and the issues that refine it.
@@ -106,6 +109,11 @@ type Hub struct {
 	ctls controllers
 	// allRegions: this hub leads every region with a machine or token.
 	allRegions bool
+
+	// secrets seals and opens secret environment (hub/secrets.go).
+	secrets *sealer
+	// logs relays workload output from uploads to readers (hub/logs.go).
+	logs logRelay
 
 	// desired caches each machine's desired state under its generation
 	// (machine ID → *protocol.SyncResponse), read without a global lock.
@@ -170,7 +178,12 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}
+	secrets, err := newSealer(cfg.SecretKey)
+	if err != nil {
+		return nil, err
+	}
 	h := &Hub{
+		secrets: secrets,
 		store:   cfg.Store,
 		clk:     cfg.Clock,
 		log:     cfg.Logger.With("component", "hub"),

@@ -40,7 +40,7 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 		h.notifyReplicas(ctx, observePrefix+machineID)
 	}
 	woken := false
-	if req.StoreID == h.store.ID() && req.Generation == gen {
+	if req.StoreID == h.store.ID() && req.Generation == gen && !h.logs.pending(machineID) {
 		t := h.clk.NewTimer(h.cfg.PollTimeout)
 		h.polls.held.Add(1)
 		select {
@@ -63,6 +63,9 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 	resp, err := h.Desired(ctx, machineID)
 	if woken && err == nil {
 		h.wakeLatency(w)
+	}
+	if err == nil {
+		resp.Logs = h.logs.take(machineID)
 	}
 	return resp, err
 }

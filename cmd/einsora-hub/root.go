@@ -269,10 +269,17 @@ func workloadCmd(g *globals) *cobra.Command {
 	for _, f := range []string{"tenant", "name", "kind", "class", "region"} {
 		create.MarkFlagRequired(f)
 	}
+	var sf specFlags
+	sf.add(create)
 	create.RunE = run(g, func(ctx context.Context, c *adminapi.Client) error {
 		if !protocol.Kind(cw.Kind).Valid() {
 			return cli.Usagef("unknown kind %q: want container, vm, notebook or endpoint", cw.Kind)
 		}
+		spec, err := sf.spec()
+		if err != nil {
+			return err
+		}
+		cw.WorkloadSpec = spec
 		w, err := c.CreateWorkload(ctx, cw)
 		if err != nil {
 			return err
@@ -309,6 +316,7 @@ func workloadCmd(g *globals) *cobra.Command {
 			plain(&w)
 			fmt.Fprintf(show.OutOrStdout(), "id:       %s\nname:     %s\ntenant:   %s\nkind:     %s\nclass:    %s\nregion:   %s\nimage:    %s\nstate:    %s\nmachine:  %s\ndriver:   %s\nattempt:  %d\nreason:   %s\n",
 				w.ID, w.Name, w.Tenant, w.Kind, w.Class, w.Region, w.Image, workloadState(w), w.Machine, w.Driver, w.Attempt, w.Reason)
+			printSpec(show.OutOrStdout(), w)
 			return nil
 		})(cmd, args)
 	}
@@ -355,7 +363,7 @@ func workloadCmd(g *globals) *cobra.Command {
 		return waitState(cmd, c, args[0], state, timeout)
 	}
 
-	cmd.AddCommand(create, ls, show, tl, wait)
+	cmd.AddCommand(create, ls, show, tl, wait, logsCmd(g))
 	return cmd
 }
 

@@ -74,6 +74,9 @@ type Workload struct {
 	// Warning, on creation only, is set when no hub leads Region now:
 	// the workload stays pending until one does.
 	Warning string `json:"warning,omitempty"`
+	// The spec's fields (command, env, secret_env, ports, workdir,
+	// volumes, restart) sit here, secret values always "(secret)".
+	protocol.WorkloadSpec
 }
 
 // TimelineEntry is one line of a workload's history.
@@ -95,6 +98,9 @@ type CreateWorkload struct {
 	Class  string `json:"class"`
 	Region string `json:"region"`
 	Image  string `json:"image,omitempty"`
+	// The spec's fields, as on the agents' wire; secret_env values are
+	// sealed in the store and never shown again.
+	protocol.WorkloadSpec
 }
 
 // Error is the body of every error answer.

@@ -39,6 +39,7 @@ func (a *API) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/workloads/{id}/run", a.act(a.hub.RunWorkload))
 	mux.HandleFunc("POST /v1/workloads/{id}/park", a.act(a.hub.ParkWorkload))
 	mux.HandleFunc("GET /v1/workloads/{id}/timeline", a.timeline)
+	mux.HandleFunc("GET /v1/workloads/{id}/logs", a.workloadLogs)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get("Authorization")
 		if subtle.ConstantTimeCompare([]byte(got), []byte("Bearer "+token)) != 1 {
@@ -159,6 +160,7 @@ func workloadOut(w store.Workload, m hub.MachineView) adminapi.Workload {
 		ID: w.ID, Name: w.Name, Tenant: w.Tenant, Kind: string(w.Kind), Class: w.Class, Region: w.Region,
 		Image: w.Image, State: string(w.State), Machine: w.Machine, Driver: w.Driver, Attempt: w.Attempt,
 		Reason: w.Reason, Created: w.Created, Since: w.Since, UnknownSince: timePtr(hub.UnknownSince(w, m)),
+		WorkloadSpec: w.Spec.Redacted(),
 	}
 }
 
@@ -192,6 +194,7 @@ func (a *API) createWorkload(w http.ResponseWriter, r *http.Request) {
 	}
 	wl, err := a.hub.CreateWorkload(r.Context(), hub.WorkloadSpec{
 		Tenant: in.Tenant, Name: in.Name, Kind: protocol.Kind(in.Kind), Class: in.Class, Region: in.Region, Image: in.Image,
+		Spec: in.WorkloadSpec,
 	})
 	if err != nil {
 		a.adminFail(w, r, err)

@@ -34,6 +34,8 @@ func statusOf(err error) (code int, msg string, ok bool) {
 		return http.StatusForbidden, err.Error(), true
 	case errors.Is(err, hub.ErrSuperseded):
 		return http.StatusConflict, err.Error(), true
+	case errors.Is(err, hub.ErrUnavailable):
+		return http.StatusServiceUnavailable, err.Error(), true
 	case errors.Is(err, hub.ErrNoCA):
 		return http.StatusNotFound, "this hub enrols no machines; use a hub started with: einsora-hub serve", true
 	}

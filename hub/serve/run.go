@@ -91,6 +91,10 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return errorf("%w", err)
 	}
+	secretKey, err := hub.LoadOrCreateSecretKey(opts.DataDir)
+	if err != nil {
+		return errorf("%w", err)
+	}
 	clk := opts.Hub.Clock
 	if clk == nil {
 		clk = clock.Real{}
@@ -108,6 +112,7 @@ func Run(ctx context.Context, opts Options) error {
 	hcfg := opts.Hub
 	hcfg.Store, hcfg.CA, hcfg.Region, hcfg.Regions, hcfg.Logger, hcfg.Clock = timeStore(st, m, clk), authority, opts.Region, opts.Regions, log, clk
 	hcfg.Metrics = m
+	hcfg.SecretKey = secretKey
 	h, err := hub.New(ctx, hcfg)
 	if err != nil {
 		return errorf("%w", err)

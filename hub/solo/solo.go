@@ -123,6 +123,9 @@ func Run(ctx context.Context, opts Options) error {
 	hcfg.AllowSim = true
 	m := metrics.New(metrics.Options{Version: opts.Version})
 	hcfg.Metrics = m
+	if hcfg.SecretKey, err = hub.LoadOrCreateSecretKey(opts.DataDir); err != nil {
+		return fmt.Errorf("solo: %w", err)
+	}
 	if hcfg.HolderID == "" {
 		// The agent's lock proves no other solo runs on this data
 		// directory, so a restarted solo may take its own lease back at
@@ -134,6 +137,8 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("solo: %w", err)
 	}
 	m.Watch(h)
+	// The in-process agent's output is read in-process.
+	h.SetLocalLogs(ag)
 	if err := h.EnsureTenant(ctx, Tenant); err != nil {
 		return fmt.Errorf("solo: %w", err)
 	}

@@ -118,5 +118,5 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("migrate %d: %w", version, err)
 		}
 	}
-	return nil
+	return s.migrateWorkloadSpec(ctx)
 }

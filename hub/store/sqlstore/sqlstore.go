@@ -411,20 +411,21 @@ func (t *tx) BumpGeneration(machineID string) (int64, error) {
 }
 
 const workloadCols = `id, name, tenant, kind, class, region, image, state, machine, driver, devices, attempt,
-	mode_generation, reason, created, since, progress`
+	mode_generation, reason, created, since, progress, spec, restarts`
 
 func workloadArgs(w store.Workload) []any {
 	devices, _ := json.Marshal(w.Devices)
 	return []any{w.ID, w.Name, w.Tenant, string(w.Kind), w.Class, w.Region, w.Image, string(w.State), w.Machine,
-		w.Driver, string(devices), w.Attempt, w.ModeGeneration, w.Reason, ts(w.Created), ts(w.Since), ts(w.Progress)}
+		w.Driver, string(devices), w.Attempt, w.ModeGeneration, w.Reason, ts(w.Created), ts(w.Since), ts(w.Progress),
+		specColumn(w.Spec), w.Restarts}
 }
 
 func scanWorkload(sc interface{ Scan(...any) error }) (store.Workload, error) {
 	var w store.Workload
-	var kind, state, devices string
+	var kind, state, devices, spec string
 	var created, since, progress int64
 	err := sc.Scan(&w.ID, &w.Name, &w.Tenant, &kind, &w.Class, &w.Region, &w.Image, &state, &w.Machine, &w.Driver,
-		&devices, &w.Attempt, &w.ModeGeneration, &w.Reason, &created, &since, &progress)
+		&devices, &w.Attempt, &w.ModeGeneration, &w.Reason, &created, &since, &progress, &spec, &w.Restarts)
 	if err != nil {
 		return w, err
 	}
@@ -435,11 +436,14 @@ func scanWorkload(sc interface{ Scan(...any) error }) (store.Workload, error) {
 			return w, fmt.Errorf("workload %q: decode devices: %w", w.ID, err)
 		}
 	}
+	if w.Spec, err = readSpecColumn(spec); err != nil {
+		return w, fmt.Errorf("workload %q: %w", w.ID, err)
+	}
 	return w, nil
 }
 
 func (t *tx) CreateWorkload(w store.Workload) error {
-	_, err := t.exec(`INSERT INTO workloads (`+workloadCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, workloadArgs(w)...)
+	_, err := t.exec(`INSERT INTO workloads (`+workloadCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, workloadArgs(w)...)
 	if t.s.d.IsConflict(err) {
 		return fmt.Errorf("workload %q: %w", w.ID, store.ErrExists)
 	}
@@ -453,7 +457,7 @@ func (t *tx) PutWorkload(w store.Workload) error {
 	args := append(workloadArgs(w)[1:], w.ID)
 	res, err := t.exec(`UPDATE workloads SET name = ?, tenant = ?, kind = ?, class = ?, region = ?, image = ?, state = ?,
 		machine = ?, driver = ?, devices = ?, attempt = ?, mode_generation = ?, reason = ?, created = ?, since = ?,
-		progress = ? WHERE id = ?`, args...)
+		progress = ?, spec = ?, restarts = ? WHERE id = ?`, args...)
 	if err != nil {
 		return fmt.Errorf("workload %q: %w", w.ID, err)
 	}
@@ -519,12 +523,12 @@ func (t *tx) PutStatus(s store.StatusRecord) error {
 	if s.ExitCode != nil {
 		exit = sql.NullInt64{Int64: int64(*s.ExitCode), Valid: true}
 	}
-	_, err := t.exec(`INSERT INTO statuses (machine, workload, attempt, mode, generation, code, exit_code, detail, at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+	_, err := t.exec(`INSERT INTO statuses (machine, workload, attempt, mode, generation, code, exit_code, detail, at, restarts)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (machine, workload) DO UPDATE SET attempt = excluded.attempt, mode = excluded.mode,
 		generation = excluded.generation, code = excluded.code, exit_code = excluded.exit_code,
-		detail = excluded.detail, at = excluded.at`,
-		s.Machine, s.Workload, s.Attempt, string(s.Mode), s.Generation, string(s.Code), exit, s.Detail, ts(s.At))
+		detail = excluded.detail, at = excluded.at, restarts = excluded.restarts`,
+		s.Machine, s.Workload, s.Attempt, string(s.Mode), s.Generation, string(s.Code), exit, s.Detail, ts(s.At), s.Restarts)
 	return err
 }
 
@@ -534,7 +538,7 @@ func (t *tx) DeleteStatus(machineID, workloadID string) error {
 }
 
 func (t *tx) Statuses(machineID string) ([]store.StatusRecord, error) {
-	rows, err := t.query(`SELECT machine, workload, attempt, mode, generation, code, exit_code, detail, at
+	rows, err := t.query(`SELECT machine, workload, attempt, mode, generation, code, exit_code, detail, at, restarts
 		FROM statuses WHERE machine = ? ORDER BY workload`+t.s.d.Collate, machineID)
 	if err != nil {
 		return nil, err
@@ -546,7 +550,7 @@ func (t *tx) Statuses(machineID string) ([]store.StatusRecord, error) {
 		var mode, code string
 		var exit sql.NullInt64
 		var at int64
-		if err := rows.Scan(&s.Machine, &s.Workload, &s.Attempt, &mode, &s.Generation, &code, &exit, &s.Detail, &at); err != nil {
+		if err := rows.Scan(&s.Machine, &s.Workload, &s.Attempt, &mode, &s.Generation, &code, &exit, &s.Detail, &at, &s.Restarts); err != nil {
 			return nil, err
 		}
 		s.Mode, s.Code, s.At = protocol.Mode(mode), protocol.Code(code), fromTS(at)
