@@ -214,6 +214,14 @@ type Workload struct {
 type WorkloadFilter struct {
 	Machine string
 	States  []State
+	Region  string
+	// After pages through the workloads in their order (created, then
+	// ID): when AfterID is set, only those after (AfterCreated, AfterID)
+	// match.
+	AfterCreated time.Time
+	AfterID      string
+	// Limit, when positive, returns at most this many.
+	Limit int
 }
 
 // StatusRecord is the latest status one machine reported for one workload.

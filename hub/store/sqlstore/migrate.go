@@ -36,6 +36,9 @@ var migrations = []string{
 	`CREATE TABLE tokens (hash TEXT PRIMARY KEY, owner TEXT NOT NULL, region TEXT NOT NULL, created BIGINT NOT NULL,
 		expires BIGINT NOT NULL, used BIGINT NOT NULL);
 	CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, epoch BIGINT NOT NULL, expires BIGINT NOT NULL);`,
+	// The controller pages through what waits in (created, id) order; a
+	// backlog of 100,000 must not be sorted whole for each page.
+	`CREATE INDEX workloads_waiting ON workloads (state, created);`,
 }
 
 // migrationLock is the key of the advisory lock every migration

@@ -470,7 +470,19 @@ func (t *tx) Workloads(f store.WorkloadFilter) ([]store.Workload, error) {
 			args = append(args, string(st))
 		}
 	}
-	rows, err := t.query(query+` ORDER BY created, id`+t.s.d.Collate, args...)
+	if f.Region != "" {
+		query += ` AND region = ?`
+		args = append(args, f.Region)
+	}
+	if f.AfterID != "" {
+		query += ` AND (created > ? OR (created = ? AND id` + t.s.d.Collate + ` > ?))`
+		args = append(args, ts(f.AfterCreated), ts(f.AfterCreated), f.AfterID)
+	}
+	query += ` ORDER BY created, id` + t.s.d.Collate
+	if f.Limit > 0 {
+		query += ` LIMIT ` + strconv.Itoa(f.Limit)
+	}
+	rows, err := t.query(query, args...)
 	if err != nil {
 		return nil, err
 	}
