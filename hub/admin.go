@@ -179,7 +179,8 @@ func (h *Hub) change(ctx context.Context, id string, fn func(tx store.Tx, w *sto
 		return err
 	}
 	tell(h.backend, wakes)
-	h.ctl.wakeController()
+	// A stop, park or delete frees what the workload held.
+	h.ctl.capacityChanged()
 	return nil
 }
 

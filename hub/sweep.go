@@ -50,6 +50,10 @@ func (c *Controller) sweep(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
+	if len(wakes) > 0 {
+		// What it failed or stopped no longer holds capacity.
+		c.capGen.Add(1)
+	}
 	tell(c.backend, wakes)
 	return nil
 }

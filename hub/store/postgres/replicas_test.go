@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"einsora.dev/edge/hub"
+	"einsora.dev/edge/hub/hubtest"
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/protocol"
 )
@@ -95,4 +96,14 @@ func TestHubReplicasWakeEachOther(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// A backlog of waiting workloads that fit nowhere delays neither the
+// placement of one that fits nor the lease (issue 18).
+func TestBacklogDelaysNeitherPlacementNorLease(t *testing.T) {
+	n := 100_000
+	if testing.Short() {
+		n = 3000
+	}
+	hubtest.Backlog(t, open(t, testDSN(t)), n)
 }
