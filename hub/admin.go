@@ -109,7 +109,7 @@ func (h *Hub) CreateWorkload(ctx context.Context, spec WorkloadSpec) (store.Work
 	if err != nil {
 		return store.Workload{}, err
 	}
-	h.ctl.wakeController()
+	h.wakeLeader(ctx, false)
 	return w, nil
 }
 
@@ -180,7 +180,7 @@ func (h *Hub) change(ctx context.Context, id string, fn func(tx store.Tx, w *sto
 	}
 	tell(h.backend, wakes)
 	// A stop, park or delete frees what the workload held.
-	h.ctl.capacityChanged()
+	h.wakeLeader(ctx, true)
 	return nil
 }
 

@@ -107,3 +107,63 @@ func TestBacklogDelaysNeitherPlacementNorLease(t *testing.T) {
 	}
 	hubtest.Backlog(t, open(t, testDSN(t)), n)
 }
+
+// A create on a standby wakes the leader through the store's
+// notifications: it is placed long before the leader's own tick (issue
+// 18).
+func TestCreateOnAStandbyWakesTheLeader(t *testing.T) {
+	dsn := testDSN(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const tick = 30 * time.Second
+	newHub := func(holder string) *hub.Hub {
+		h, err := hub.New(ctx, hub.Config{Store: open(t, dsn), Logger: log, HolderID: holder,
+			PollTimeout: time.Minute, ControllerInterval: tick})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	a, b := newHub("hub-a"), newHub("hub-b")
+	must(t, a.CreateTenant(ctx, "local"))
+	must(t, a.RegisterMachine(ctx, "m-1", "m-1", "local", "local"))
+	inv := &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 8, MemoryMB: 16384, Drivers: []string{"sim"}}
+	_, err := a.Sync(ctx, "m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version, Inventory: inv})
+	must(t, err)
+	done := make(chan struct{}, 2)
+	for _, h := range []*hub.Hub{a, b} {
+		go func() { h.Run(ctx); done <- struct{}{} }()
+	}
+	defer func() { cancel(); <-done; <-done }()
+	var standby *hub.Hub
+	deadline := time.Now().Add(10 * time.Second)
+	for standby == nil {
+		if la, _ := a.Leadership(); la {
+			standby = b
+		} else if lb, _ := b.Leadership(); lb {
+			standby = a
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no replica took the lease")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the leader's first pass is over
+
+	start := time.Now()
+	w, err := standby.CreateWorkload(ctx, hub.WorkloadSpec{Tenant: "local", Name: "web", Kind: protocol.KindContainer, Class: "cpu-1", Region: "local"})
+	must(t, err)
+	for {
+		got, err := standby.Workload(ctx, w.ID)
+		must(t, err)
+		if got.State == store.StateProvisioning {
+			break
+		}
+		if time.Since(start) > tick/6 {
+			t.Fatalf("created on the standby, still %s after %v: the leader was not woken", got.State, time.Since(start))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("created on the standby, placed by the leader in %v", time.Since(start).Round(time.Millisecond))
+}
