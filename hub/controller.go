@@ -38,6 +38,9 @@ type Controller struct {
 	// silent is set while every machine is silent, so it is logged once.
 	// Only the controller's passes touch it.
 	silent bool
+	// blind is set while machines look gone but presence is blind
+	// (presence.go), so it is logged once.
+	blind bool
 
 	lead leadership
 

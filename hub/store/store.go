@@ -51,6 +51,10 @@ type Tx interface {
 	// DeleteMachine removes the machine and its statuses; ErrNotFound if
 	// there is none.
 	DeleteMachine(id string) error
+	// TouchMachines moves the last sync of the machines named forward to
+	// at (never back), in one statement per few hundred: a replica's
+	// presence batch.
+	TouchMachines(ids []string, at time.Time) error
 	// BumpGeneration increments the machine's desired generation and
 	// returns the new value.
 	BumpGeneration(machineID string) (int64, error)

@@ -114,6 +114,16 @@ func testMachines(t *testing.T, s store.Store) {
 		}
 		return nil
 	})
+	later := at.Add(time.Minute)
+	update(t, s, func(tx store.Tx) error { return tx.TouchMachines([]string{"m-1", "m-none"}, later) })
+	update(t, s, func(tx store.Tx) error { return tx.TouchMachines([]string{"m-1"}, at) }) // never back
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Machine("m-1")
+		if err != nil || !got.LastSync.Equal(later) || got.Generation != 2 {
+			t.Errorf("touched: got %+v, %v; want last sync %v", got, err, later)
+		}
+		return nil
+	})
 	update(t, s, func(tx store.Tx) error { return tx.DeleteMachine("m-1") })
 	view(t, s, func(tx store.Tx) error {
 		if _, err := tx.Machine("m-1"); !errors.Is(err, store.ErrNotFound) {
