@@ -121,3 +121,89 @@ func TestVanishedHostGoesOfflineAfter45s(t *testing.T) {
 		t.Errorf("online 46 s after it was last heard")
 	}
 }
+
+// heldStore holds the next Update armed, before it commits, until
+// released: a store too loaded to commit.
+type heldStore struct {
+	store.Store
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *heldStore) Update(ctx context.Context, fn func(tx store.Tx) error) error {
+	if s.armed.CompareAndSwap(true, false) {
+		s.entered <- struct{}{}
+		<-s.release
+	}
+	return s.Store.Update(ctx, fn)
+}
+
+// An overloaded hub fails no connected machine for being offline: the
+// offline clock counts the machine's silence, never the hub's backlog. A
+// machine whose report waits in the hub's queue is online; while this
+// hub's presence batch cannot commit, nothing is failed for being
+// offline; once it commits again, a machine truly silent is.
+func TestOverloadedHubFailsNothingOffline(t *testing.T) {
+	h := newTestHub(t)
+	gate := &heldStore{Store: h.st, entered: make(chan struct{}), release: make(chan struct{})}
+	h.store = gate
+	h.ctl.store = gate
+	h.machine("m-1")
+	w := h.running("web")
+	ctx := context.Background()
+	// Another machine stays in touch throughout (its poll held), so the
+	// hub is not simply cut off from every machine.
+	h.machine("m-2")
+	_, release := h.polls.wait("m-2")
+	defer release()
+
+	// Its report waits in the hub's queue, behind a commit that does not
+	// come, for longer than OfflineFailAfter.
+	gate.armed.Store(true)
+	synced := make(chan error, 1)
+	go func() {
+		_, err := h.Sync(ctx, "m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version})
+		synced <- err
+	}()
+	<-gate.entered
+	h.clk.Advance(h.cfg.OfflineFailAfter + time.Minute)
+	h.pass()
+	if got := h.workload(w.ID); got.State != store.StateRunning {
+		t.Fatalf("its report waited in the hub's queue, and the hub made it %s: %s", got.State, got.Reason)
+	}
+	gate.release <- struct{}{}
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+
+	// A quiet sync, for the presence batch to carry; then the machine is
+	// silent, and this hub's presence batch is stuck before its commit:
+	// presence is blind, nothing is failed.
+	// (The report that waited carries the time it arrived: the next one
+	// writes the machine's row, the one after is quiet.)
+	for range 2 {
+		h.clk.Advance(time.Second)
+		if _, _, err := h.record("m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate.armed.Store(true)
+	touched := make(chan error, 1)
+	go func() { touched <- h.touch(ctx) }()
+	<-gate.entered
+	h.clk.Advance(h.cfg.OfflineFailAfter + time.Minute)
+	h.pass()
+	if got := h.workload(w.ID); got.State != store.StateRunning {
+		t.Fatalf("while its own presence writes were stuck, the hub made it %s: %s", got.State, got.Reason)
+	}
+	gate.release <- struct{}{}
+	if err := <-touched; err != nil {
+		t.Fatal(err)
+	}
+	// The batch committed: the machine's silence is real.
+	h.pass()
+	if got := h.workload(w.ID); got.State != store.StateFailed {
+		t.Errorf("silent past OfflineFailAfter with presence healthy: %s, want failed", got.State)
+	}
+}

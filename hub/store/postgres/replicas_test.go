@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -166,4 +167,83 @@ func TestCreateOnAStandbyWakesTheLeader(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("created on the standby, placed by the leader in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// Presence is shared: with a poll timeout twice OfflineAfter (90 s against
+// 45 s, scaled down here), polls held by the other replicas keep their
+// machines online in the leader's eyes (issue 18).
+func TestPresenceAcrossReplicasWithLongPolls(t *testing.T) {
+	dsn := testDSN(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const offlineAfter = 3 * time.Second
+	var hubs []*hub.Hub
+	for _, holder := range []string{"hub-a", "hub-b", "hub-c"} {
+		h, err := hub.New(ctx, hub.Config{Store: open(t, dsn), Logger: log, HolderID: holder,
+			PollTimeout: 2 * offlineAfter, OfflineAfter: offlineAfter, OfflineFailAfter: 4 * time.Second,
+			ControllerInterval: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hubs = append(hubs, h)
+	}
+	must(t, hubs[0].CreateTenant(ctx, "local"))
+	inv := &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 8, MemoryMB: 16384, Drivers: []string{"sim"}}
+	const machines = 6
+	for i := range machines {
+		id := fmt.Sprintf("m-%d", i)
+		must(t, hubs[0].RegisterMachine(ctx, id, id, "local", "local"))
+	}
+	done := make(chan struct{}, len(hubs))
+	for _, h := range hubs {
+		go func() { h.Run(ctx); done <- struct{}{} }()
+	}
+	defer func() {
+		cancel()
+		for range hubs {
+			<-done
+		}
+	}()
+	var leader *hub.Hub
+	var others []*hub.Hub
+	for deadline := time.Now().Add(10 * time.Second); leader == nil; time.Sleep(10 * time.Millisecond) {
+		for i, h := range hubs {
+			if l, _ := h.Leadership(); l {
+				leader = h
+				others = append(append(others, hubs[:i]...), hubs[i+1:]...)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no replica took the lease")
+		}
+	}
+	// Each agent polls one of the other replicas, as a load balancer
+	// spread them, and holds its poll there for twice OfflineAfter.
+	for i := range machines {
+		id, h := fmt.Sprintf("m-%d", i), others[i%len(others)]
+		go func() {
+			req := &protocol.SyncRequest{ProtocolVersion: protocol.Version, Inventory: inv}
+			for ctx.Err() == nil {
+				resp, err := h.Sync(ctx, id, req)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Error(err)
+					}
+					return
+				}
+				req = &protocol.SyncRequest{ProtocolVersion: protocol.Version, StoreID: resp.StoreID, Generation: resp.Generation}
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond) // every first sync is in
+	for end := time.Now().Add(4 * offlineAfter); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		ms, err := leader.Machines(ctx)
+		must(t, err)
+		for _, m := range ms {
+			if !m.Online {
+				t.Fatalf("the leader sees %s offline, last sync %v ago, while another replica holds its poll", m.ID, time.Since(m.LastSync).Round(time.Millisecond))
+			}
+		}
+	}
 }
