@@ -111,7 +111,11 @@ func (h *Hub) touchLoop(ctx context.Context) {
 		err := h.touch(ctx)
 		switch {
 		case err != nil && !failing && ctx.Err() == nil:
-			h.log.Error("cannot write this replica's presence batch; no machine is failed for being offline until it can", "err", err)
+			h.log.Error("cannot write this replica's presence batch; no machine is failed for being offline until it can, and the polls held here are answered so their agents reconnect", "err", err)
+			// Each poll answered re-reads the store: failing, its agent
+			// is told to reconnect (httpapi), through a load balancer to
+			// a replica that can reach the store.
+			h.polls.wakeEvery()
 		case err == nil && failing:
 			h.log.Info("presence batch written again")
 		}

@@ -3,7 +3,9 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -123,5 +125,84 @@ func TestAdminStoreErrorsAreGenericAndTimed(t *testing.T) {
 	code, body = get()
 	if code != http.StatusServiceUnavailable || time.Since(start) > 5*time.Second {
 		t.Errorf("store hanging: got %d after %v (%s), want 503 after the admin timeout", code, time.Since(start), body)
+	}
+}
+
+// A replica that cannot reach its store sends its agents away: a held
+// poll is answered once the presence batch fails, and every sync gets 503
+// with Retry-After and Connection: close (a GOAWAY over HTTP/2), so a load
+// balancer moves the agent to a replica that can answer (issue 18).
+func TestReplicaWithoutStoreSendsItsAgentsAway(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "hub.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	broken := &brokenStore{Store: st}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h, err := hub.New(ctx, hub.Config{Store: broken, Logger: quiet(), PollTimeout: time.Minute, OfflineAfter: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.EnsureTenant(ctx, "local"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.RegisterMachine(ctx, "m-1", "m-1", "local", "local"); err != nil {
+		t.Fatal(err)
+	}
+	api := New(h, nil, quiet())
+	srv := httptest.NewServer(api.SyncHandler(func(*http.Request) (string, error) { return "m-1", nil }))
+	defer srv.Close()
+	sync := func(body string) (*http.Response, string) {
+		t.Helper()
+		resp, err := http.Post(srv.URL, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	resp, body := sync(`{"protocol_version":1}`)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("first sync: %d %s", resp.StatusCode, body)
+	}
+	var first struct {
+		StoreID    string `json:"store_id"`
+		Generation int64  `json:"generation"`
+	}
+	if err := json.Unmarshal([]byte(body), &first); err != nil {
+		t.Fatal(err)
+	}
+	runDone := make(chan struct{})
+	go func() { h.Run(ctx); close(runDone) }()
+	defer func() { cancel(); <-runDone }()
+
+	// A poll held here; then the store goes.
+	type answer struct {
+		resp *http.Response
+		body string
+	}
+	held := make(chan answer, 1)
+	go func() {
+		r, b := sync(fmt.Sprintf(`{"protocol_version":1,"store_id":%q,"generation":%d}`, first.StoreID, first.Generation))
+		held <- answer{r, b}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	broken.mode.Store("fail")
+	var a answer
+	select {
+	case a = <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a poll held by a replica without its store was not answered")
+	}
+	for _, got := range []answer{a, func() answer { r, b := sync(`{"protocol_version":1}`); return answer{r, b} }()} {
+		if got.resp.StatusCode != http.StatusServiceUnavailable || got.resp.Header.Get("Retry-After") == "" || !got.resp.Close {
+			t.Errorf("got %d, Retry-After %q, close %v: want 503 with Retry-After, closing the connection", got.resp.StatusCode, got.resp.Header.Get("Retry-After"), got.resp.Close)
+		}
+		if strings.Contains(got.body, "10.1.2.3") {
+			t.Errorf("the agent was shown the store's address: %s", got.body)
+		}
 	}
 }
