@@ -97,6 +97,13 @@ func (f *presenceFeed) stale(now time.Time) bool {
 	return f.failing || !f.inflight.IsZero() && now.Sub(f.inflight) > f.every
 }
 
+// failingNow reports whether the last batch failed.
+func (f *presenceFeed) failingNow() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failing
+}
+
 // touchLoop writes this replica's presence batches until ctx is done.
 func (h *Hub) touchLoop(ctx context.Context) {
 	t := h.clk.NewTimer(h.feed.every)

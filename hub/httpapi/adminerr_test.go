@@ -154,6 +154,20 @@ func TestReplicaWithoutStoreSendsItsAgentsAway(t *testing.T) {
 	api := New(h, nil, quiet())
 	srv := httptest.NewServer(api.SyncHandler(func(*http.Request) (string, error) { return "m-1", nil }))
 	defer srv.Close()
+	readySrv := httptest.NewServer(api.ReadyHandler(h.Ready))
+	defer readySrv.Close()
+	readyz := func() int {
+		t.Helper()
+		resp, err := http.Get(readySrv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := readyz(); code != http.StatusOK {
+		t.Errorf("/readyz with its store: %d, want 200", code)
+	}
 	sync := func(body string) (*http.Response, string) {
 		t.Helper()
 		resp, err := http.Post(srv.URL, "application/json", strings.NewReader(body))
@@ -196,6 +210,9 @@ func TestReplicaWithoutStoreSendsItsAgentsAway(t *testing.T) {
 	case a = <-held:
 	case <-time.After(10 * time.Second):
 		t.Fatal("a poll held by a replica without its store was not answered")
+	}
+	if code := readyz(); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz without its store: %d, want 503", code)
 	}
 	for _, got := range []answer{a, func() answer { r, b := sync(`{"protocol_version":1}`); return answer{r, b} }()} {
 		if got.resp.StatusCode != http.StatusServiceUnavailable || got.resp.Header.Get("Retry-After") == "" || !got.resp.Close {

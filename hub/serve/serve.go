@@ -122,6 +122,7 @@ func NewServer(cfg Config) *Server {
 	mux.Handle(protocol.SyncPath, s.limitMachine(s.drainable(s.api.SyncHandler(identify))))
 	mux.Handle(protocol.RenewPath, s.limitMachine(s.api.RenewHandler(identify)))
 	mux.Handle(protocol.EnrollPath, s.limitEnroll(s.api.EnrollHandler()))
+	mux.Handle("GET /readyz", s.api.ReadyHandler(cfg.Hub.Ready))
 	s.srv = &http.Server{
 		Handler:           s.shed(mux),
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,
