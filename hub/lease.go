@@ -77,10 +77,12 @@ func (c *Controller) lease(ctx context.Context) bool {
 		epoch = l.Epoch
 		return tx.PutLease(l)
 	})
+	if err != nil && ctx.Err() != nil {
+		// Stopping: release gives the lease up, under the epoch held.
+		return was != 0
+	}
 	if err != nil {
-		if ctx.Err() == nil {
-			c.log.Error("cannot take or renew the region's lease; stepping down", "lease", c.leaseName(), "err", err)
-		}
+		c.log.Error("cannot take or renew the region's lease; stepping down", "lease", c.leaseName(), "err", err)
 		epoch = 0
 	}
 	switch {
