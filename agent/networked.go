@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"einsora.dev/edge/clock"
+	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/protocol"
 )
 
@@ -28,6 +29,9 @@ type NetworkedConfig struct {
 	// Hangup delivers SIGHUP: each asks for the drivers and the inventory
 	// to be probed again at once. Nil means none.
 	Hangup <-chan os.Signal
+	// Hubs are further replicas of the hub, tried in turn after the one in
+	// use fails on the hub's side (hubclient.Failover).
+	Hubs []string
 }
 
 // RunNetworked runs an enrolled agent until ctx is done: it builds the
@@ -64,7 +68,16 @@ func RunNetworked(ctx context.Context, cfg NetworkedConfig) error {
 		return err
 	}
 	defer nw.Transport().Close()
-	a.SetTransport(nw.Transport())
+	if len(cfg.Hubs) > 0 {
+		f, err := hubclient.NewFailover(nw.Transport(), cfg.Hubs)
+		if err != nil {
+			return fmt.Errorf("agent: --hub: %w", err)
+		}
+		a.SetTransport(f)
+		log.Info("hub replicas", "urls", f.URLs())
+	} else {
+		a.SetTransport(nw.Transport())
+	}
 
 	log.Info("agent running", "machine", a.MachineID(), "state", cfg.StateDir, "drivers", host.Names())
 	companions := []func(context.Context){a.NotifyService, nw.RunRenewal}

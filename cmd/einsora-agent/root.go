@@ -41,6 +41,7 @@ func versionCmd() *cobra.Command {
 
 func runCmd() *cobra.Command {
 	var stateDir, driverList, inventoryFile, configFile, dockerHost string
+	var hubs []string
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent daemon",
@@ -64,7 +65,7 @@ func runCmd() *cobra.Command {
 			defer signal.Stop(hup)
 			err = agent.RunNetworked(ctx, agent.NetworkedConfig{
 				StateDir: set.stateDir, Drivers: set.drivers, Inventory: probe, Logger: log, Version: version,
-				DockerHost: ep.Host, DriverTimeout: set.driverTimeout, Hangup: hup,
+				DockerHost: ep.Host, DriverTimeout: set.driverTimeout, Hangup: hup, Hubs: hubs,
 			})
 			if errors.Is(err, agent.ErrUnknownDriver) {
 				return &cli.UsageError{Err: err}
@@ -76,6 +77,7 @@ func runCmd() *cobra.Command {
 	cmd.Flags().StringVar(&driverList, "drivers", "auto", "comma-separated drivers to offer (sim, docker, docker-sandbox, macos-native), or auto: every real runtime, offered while it answers, never sim")
 	cmd.Flags().StringVar(&configFile, "config", "", "JSON file with state_dir, drivers, log_level, driver_timeout, docker_host; flags win over it")
 	addDockerHostFlag(cmd, &dockerHost)
+	cmd.Flags().StringArrayVar(&hubs, "hub", nil, "another replica of the hub, https://HOST:PORT (repeatable): after a failure of the hub's side (5xx, connection refused or lost) the agent syncs with the next, the one it enrolled with first")
 	cmd.Flags().StringVar(&inventoryFile, "inventory-file", "", "development only, with --drivers sim: report this file's inventory (JSON) instead of probing")
 	return cmd
 }
