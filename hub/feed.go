@@ -136,19 +136,18 @@ func (h *Hub) touchLoop(ctx context.Context) {
 func (h *Hub) touch(ctx context.Context) error {
 	now := h.clk.Now()
 	batch := h.feed.begin(now, h.polls.ids())
-	var err error
-	if len(batch) > 0 {
-		tctx, cancel := context.WithTimeout(ctx, h.feed.every)
-		err = h.store.Update(tctx, func(tx store.Tx) error {
-			for _, at := range slices.SortedFunc(maps.Keys(batch), time.Time.Compare) {
-				if err := tx.TouchMachines(batch[at], at); err != nil {
-					return err
-				}
+	// Even an empty batch commits: it is also this replica's probe of
+	// its store (Ready, and Sync refusing at once while it fails).
+	tctx, cancel := context.WithTimeout(ctx, h.feed.every)
+	err := h.store.Update(tctx, func(tx store.Tx) error {
+		for _, at := range slices.SortedFunc(maps.Keys(batch), time.Time.Compare) {
+			if err := tx.TouchMachines(batch[at], at); err != nil {
+				return err
 			}
-			return nil
-		})
-		cancel()
-	}
+		}
+		return nil
+	})
+	cancel()
 	h.feed.end(batch, err)
 	return err
 }

@@ -128,6 +128,10 @@ func (c *Controller) release(ctx context.Context) {
 		return
 	}
 	c.setEpoch(0)
+	// Bounded: a hub cut off from its store still stops; the lease then
+	// expires on its own.
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/3)
+	defer cancel()
 	err := c.store.Update(ctx, func(tx store.Tx) error {
 		l, err := tx.Lease(c.leaseName())
 		if err != nil || l.Holder != c.cfg.HolderID || l.Epoch != epoch {

@@ -214,7 +214,15 @@ func TestReplicaWithoutStoreSendsItsAgentsAway(t *testing.T) {
 	if code := readyz(); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz without its store: %d, want 503", code)
 	}
-	for _, got := range []answer{a, func() answer { r, b := sync(`{"protocol_version":1}`); return answer{r, b} }()} {
+	// Now the store does not even answer: a sync is still refused at
+	// once, not after the store's timeouts.
+	broken.mode.Store("hang")
+	start := time.Now()
+	next := func() answer { r, b := sync(`{"protocol_version":1}`); return answer{r, b} }()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("a sync on a replica whose store hangs took %v", d)
+	}
+	for _, got := range []answer{a, next} {
 		if got.resp.StatusCode != http.StatusServiceUnavailable || got.resp.Header.Get("Retry-After") == "" || !got.resp.Close {
 			t.Errorf("got %d, Retry-After %q, close %v: want 503 with Retry-After, closing the connection", got.resp.StatusCode, got.resp.Header.Get("Retry-After"), got.resp.Close)
 		}
