@@ -30,6 +30,9 @@ type NetworkedConfig struct {
 	// Hangup delivers SIGHUP: each asks for the drivers and the inventory
 	// to be probed again at once. Nil means none.
 	Hangup <-chan os.Signal
+	// Hubs are further replicas of the hub, tried in turn after the one in
+	// use fails on the hub's side (hubclient.Failover).
+	Hubs []string
 	// Observer, if set, wraps what the agent is made of (for metrics) and
 	// serves beside it as a companion, stopped and waited for like the
 	// others.
@@ -87,6 +90,14 @@ func RunNetworked(ctx context.Context, cfg NetworkedConfig) error {
 	}
 	defer nw.Transport().Close()
 	var tr hubclient.Transport = nw.Transport()
+	if len(cfg.Hubs) > 0 {
+		f, err := hubclient.NewFailover(nw.Transport(), cfg.Hubs)
+		if err != nil {
+			return fmt.Errorf("agent: --hub: %w", err)
+		}
+		log.Info("hub replicas", "urls", f.URLs())
+		tr = f
+	}
 	if cfg.Observer != nil {
 		tr = cfg.Observer.Transport(tr)
 	}

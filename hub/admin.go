@@ -122,7 +122,7 @@ func (h *Hub) CreateWorkload(ctx context.Context, spec WorkloadSpec) (store.Work
 	if err != nil {
 		return store.Workload{}, err
 	}
-	h.wakeControllers()
+	h.wakeLeader(ctx, false)
 	return w, nil
 }
 
@@ -192,7 +192,8 @@ func (h *Hub) change(ctx context.Context, id string, fn func(tx store.Tx, w *sto
 		return err
 	}
 	tell(h.backend, wakes)
-	h.wakeControllers()
+	// A stop, park or delete frees what the workload held.
+	h.wakeLeader(ctx, true)
 	return nil
 }
 

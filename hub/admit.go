@@ -4,59 +4,184 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"time"
 
 	"einsora.dev/edge/hub/placement"
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/protocol"
 )
 
-// admit places every pending or queued workload, in one transaction, so
-// capacity is read and taken under the same lock and never over-committed.
+// admitBatch is the most waiting workloads one admission transaction
+// reads and writes: a backlog of any size is taken a batch at a time, each
+// batch fenced by the epoch, so no transaction outlives the lease.
+const admitBatch = 500
+
+// admission is where the controller's scan of queued workloads stands.
+// Queued workloads fit nowhere when last examined, so they are examined
+// again only after capacity may have grown (capGen moved), not on every
+// pass; pending ones are new and always examined. Only the pass goroutine
+// touches it.
+type admission struct {
+	// scanned is the capacity generation the last complete scan of the
+	// queued workloads started at; scanning, whether one is under way,
+	// and gen the generation it started at.
+	scanned, gen uint64
+	scanning     bool
+	// after is the last workload the scan under way examined.
+	afterCreated time.Time
+	afterID      string
+}
+
+// capacityChanged tells the controller that capacity may have grown: a
+// machine joined, came back, reported or changed its inventory, or a
+// workload released what it held. What waits is examined again.
+func (c *Controller) capacityChanged() {
+	c.capGen.Add(1)
+	c.wakeController()
+}
+
+// admit places what waits, a batch at a time: the queued workloads when
+// capacity changed since they were last examined (oldest first), then the
+// pending ones. Capacity is read and taken in each batch's transaction, so
+// it is never over-committed. A pass spends at most half of admitBudget
+// on the queued scan and the rest on pending work, at least one batch of
+// each; what remains waits for the next pass, kicked at once. So a backlog
+// that fits nowhere delays neither new work that fits nor observing and
+// sweeping. (New work may so take capacity before an older queued
+// workload the scan has yet to reach.)
 func (c *Controller) admit(ctx context.Context) error {
-	var wakes changes
-	var placed []placementOutcome // counted once the pass commits
-	err := c.store.Update(ctx, func(tx store.Tx) error {
-		wakes, placed = wakes[:0], placed[:0]
-		if err := c.fence(tx); err != nil {
-			return err
+	start := c.clk.Now()
+	a := &c.admission
+	if gen := c.capGen.Load(); !a.scanning && a.scanned != gen {
+		a.scanning, a.gen, a.afterCreated, a.afterID = true, gen, time.Time{}, ""
+	}
+	for a.scanning {
+		f := store.WorkloadFilter{States: []store.State{store.StateQueued}, Region: c.cfg.Region,
+			AfterCreated: a.afterCreated, AfterID: a.afterID, Limit: admitBatch}
+		last, n, err := c.admitBatch(ctx, f)
+		if errors.Is(err, errSettling) {
+			return nil
 		}
-		waiting, err := tx.Workloads(store.WorkloadFilter{States: []store.State{store.StatePending, store.StateQueued}})
 		if err != nil {
 			return err
 		}
-		waiting = slices.DeleteFunc(waiting, func(w store.Workload) bool { return w.Region != c.cfg.Region })
-		if len(waiting) == 0 {
+		if n < admitBatch {
+			// Capacity that changed during the scan is scanned for
+			// again: scanned stays behind capGen.
+			a.scanning, a.scanned = false, a.gen
+			break
+		}
+		a.afterCreated, a.afterID = last.Created, last.ID
+		if c.clk.Now().Sub(start) >= c.admitBudget()/2 {
+			c.wakeController()
+			break
+		}
+	}
+	for {
+		// Each batch places or queues every workload it reads, so the
+		// next batch's first page is new ones.
+		f := store.WorkloadFilter{States: []store.State{store.StatePending}, Region: c.cfg.Region, Limit: admitBatch}
+		_, n, err := c.admitBatch(ctx, f)
+		if errors.Is(err, errSettling) {
 			return nil
 		}
+		if err != nil || n < admitBatch {
+			return err
+		}
+		if c.clk.Now().Sub(start) >= c.admitBudget() {
+			c.wakeController()
+			return nil
+		}
+	}
+}
+
+// admitBudget is how long one pass may spend admitting, and how long one
+// batch's transaction may take: well inside the lease, which is renewed
+// on its own schedule meanwhile.
+func (c *Controller) admitBudget() time.Duration { return c.cfg.LeaseTTL / 5 }
+
+// errSettling: nothing is decided before the fleet has settled; the scan
+// stands still.
+var errSettling = errors.New("the fleet is settling")
+
+// decision is one committed admission decision, for the audit log and
+// the metrics: placed when machine is set, else queued with reason and its
+// fixed code.
+type decision struct {
+	workload, machine, driver, reason, code string
+	attempt                                 int64
+}
+
+// admitBatch admits the workloads f selects in one transaction fenced by
+// the epoch. It returns the last workload it read and how many it read.
+// The audit log is written after the commit, once per committed decision,
+// with the epoch that committed it: a retried or refused transaction logs
+// nothing.
+func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (last store.Workload, n int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.admitBudget())
+	defer cancel()
+	var (
+		wakes    changes
+		decided  []decision
+		epoch    int64
+		settling bool
+	)
+	err = c.store.Update(ctx, func(tx store.Tx) error {
+		wakes, decided, last, n, settling = wakes[:0], decided[:0], store.Workload{}, 0, false
+		var err error
+		if epoch, err = c.fenced(tx); err != nil {
+			return err
+		}
+		waiting, err := tx.Workloads(f)
+		if err != nil || len(waiting) == 0 {
+			return err
+		}
+		last, n = waiting[len(waiting)-1], len(waiting)
 		classes, err := classMap(tx)
 		if err != nil {
 			return err
 		}
 		capacity, err := c.backend.Capacity(tx, classes)
-		if err != nil || capacity.Settling {
+		if err != nil {
 			return err
+		}
+		if capacity.Settling {
+			settling = true
+			return nil
 		}
 		fleet := placement.NewFleet(capacity.Machines, c.cfg.Drivers)
 		for _, w := range waiting {
-			if err := c.admitOne(tx, fleet, classes, &w, &wakes, &placed); err != nil {
+			if err := c.admitOne(tx, fleet, classes, &w, &wakes, &decided); err != nil {
 				return fmt.Errorf("admit %s: %w", w.ID, err)
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("admit: %w", err)
+		return store.Workload{}, 0, fmt.Errorf("admit: %w", err)
+	}
+	if settling {
+		return store.Workload{}, 0, errSettling
+	}
+	outcomes := make([]placementOutcome, 0, len(decided))
+	for _, d := range decided {
+		if d.machine != "" {
+			c.log.Info("admit: placed", "workload", d.workload, "machine", d.machine, "driver", d.driver, "attempt", d.attempt, "epoch", epoch)
+			outcomes = append(outcomes, placementOutcome{OutcomePlaced, ReasonNone})
+		} else {
+			c.log.Info("admit: queued", "workload", d.workload, "reason", d.reason, "epoch", epoch)
+			outcomes = append(outcomes, placementOutcome{OutcomeQueued, d.code})
+		}
 	}
 	tell(c.backend, wakes)
-	c.countPlacements(placed)
-	return nil
+	c.countPlacements(outcomes)
+	return last, n, nil
 }
 
-func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[string]store.Class, w *store.Workload, wakes *changes, placed *[]placementOutcome) error {
+func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[string]store.Class, w *store.Workload, wakes *changes, decided *[]decision) error {
 	class, ok := classes[w.Class]
 	if !ok {
-		return c.queue(tx, w, "its class "+w.Class+" no longer exists", ReasonClassMissing, placed)
+		return c.queue(tx, w, "its class "+w.Class+" no longer exists", ReasonClassMissing, decided)
 	}
 	pw := placement.Workload{ID: w.ID, Tenant: w.Tenant, Region: w.Region, Kind: w.Kind, Class: w.Class, Image: w.Image}
 	pw.Ports, pw.Needs = specNeeds(w.Spec)
@@ -67,7 +192,7 @@ func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[s
 	d, err := fleet.Place(pw, placement.Class(class))
 	var nofit *placement.NoFit
 	if errors.As(err, &nofit) {
-		return c.queue(tx, w, nofit.Reason, nofit.Code, placed)
+		return c.queue(tx, w, nofit.Reason, nofit.Code, decided)
 	}
 	if err != nil {
 		return err
@@ -85,9 +210,8 @@ func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[s
 		wakes.add(protocol.ModePark, w.ID, old)
 	}
 	text := fmt.Sprintf("placed on machine %s with driver %s as class %s (attempt %d)", d.Machine, d.Driver, class.Name, w.Attempt)
-	// The audit trail of admits: which controller, under which epoch.
-	c.log.Info("admit: placed", "workload", w.ID, "machine", d.Machine, "driver", d.Driver, "attempt", w.Attempt, "epoch", c.leaderEpoch())
-	*placed = append(*placed, placementOutcome{OutcomePlaced, ReasonNone})
+	// The audit trail of admits, logged once committed.
+	*decided = append(*decided, decision{workload: w.ID, machine: d.Machine, driver: d.Driver, attempt: w.Attempt})
 	return c.place(tx, w, d, text, wakes)
 }
 
@@ -109,13 +233,12 @@ func (c *Controller) place(tx store.Tx, w *store.Workload, d placement.Decision,
 // queue leaves w waiting with reason, writing the timeline only when the
 // reason changed, so a workload waiting for hours has one line, not
 // thousands.
-func (c *Controller) queue(tx store.Tx, w *store.Workload, reason, code string, placed *[]placementOutcome) error {
+func (c *Controller) queue(tx store.Tx, w *store.Workload, reason, code string, decided *[]decision) error {
 	if w.State == store.StateQueued && w.Reason == reason {
 		return nil
 	}
-	*placed = append(*placed, placementOutcome{OutcomeQueued, code})
 	w.State, w.Reason, w.Since = store.StateQueued, reason, c.clk.Now()
-	c.log.Info("admit: queued", "workload", w.ID, "reason", reason, "epoch", c.leaderEpoch())
+	*decided = append(*decided, decision{workload: w.ID, reason: reason, code: code})
 	if err := tx.PutWorkload(*w); err != nil {
 		return err
 	}

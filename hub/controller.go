@@ -38,6 +38,9 @@ type Controller struct {
 	// silent is set while every machine is silent, so it is logged once.
 	// Only the controller's passes touch it.
 	silent bool
+	// blind is set while machines look gone but presence is blind
+	// (presence.go), so it is logged once.
+	blind bool
 
 	lead leadership
 
@@ -45,6 +48,10 @@ type Controller struct {
 	// trimmedLines count the lines it deleted.
 	retained                   time.Time
 	retiredLines, trimmedLines atomic.Int64
+	// capGen counts the changes that may have grown capacity; admission
+	// examines queued workloads again only when it moved.
+	capGen    atomic.Uint64
+	admission admission
 }
 
 // newController returns the controller of cfg.Region; cfg has its
@@ -66,25 +73,19 @@ func newController(cfg Config, log *slog.Logger, started time.Time, p presence, 
 // trying for the lease.
 func (c *Controller) Run(ctx context.Context) error {
 	c.markAllDirty(ctx)
-	t := c.clk.NewTimer(0)
-	defer t.Stop()
+	var wg sync.WaitGroup
+	lctx, stop := context.WithCancel(ctx)
 	defer c.release(context.WithoutCancel(ctx))
-	renewed := time.Time{}
+	defer wg.Wait()
+	defer stop()
+	// The lease is renewed on its own schedule, whatever the passes are
+	// doing: a long pass never costs the lease.
+	wg.Go(func() { c.keepLease(lctx) })
+	t := c.clk.NewTimer(c.cfg.ControllerInterval)
+	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-c.kick:
-		case <-t.C():
-		}
-		// Renew at a third of the lease's life, so two renewals can fail
-		// before it lapses.
-		if c.clk.Now().Sub(renewed) >= c.cfg.LeaseTTL/3 || c.leaderEpoch() == 0 {
-			if c.lease(ctx) {
-				renewed = c.clk.Now()
-			}
-		}
-		if c.leaderEpoch() != 0 {
+		leading, changed := c.Leadership()
+		if leading {
 			if err := c.pass(ctx); err != nil && ctx.Err() == nil {
 				c.log.Error("controller pass failed", "err", err)
 				if errors.Is(err, ErrNotLeader) {
@@ -93,7 +94,34 @@ func (c *Controller) Run(ctx context.Context) error {
 				}
 			}
 		}
-		t.Reset(min(c.cfg.ControllerInterval, c.cfg.LeaseTTL/3))
+		t.Reset(c.cfg.ControllerInterval)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.kick:
+		case <-changed:
+		case <-t.C():
+		}
+	}
+}
+
+// keepLease takes or renews the region's lease until ctx is done: at a
+// third of its life while leading, so two renewals can fail before it
+// lapses, and as often while standing by.
+func (c *Controller) keepLease(ctx context.Context) {
+	t := c.clk.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		if c.lease(ctx) {
+			t.Reset(c.cfg.LeaseTTL / 3)
+		} else {
+			t.Reset(min(c.cfg.ControllerInterval, c.cfg.LeaseTTL/3))
+		}
 	}
 }
 

@@ -100,6 +100,8 @@ type Hub struct {
 	// online or offline from it (rule 8).
 	started  time.Time
 	presence presence
+	// feed writes this replica's presence batches (feed.go).
+	feed *presenceFeed
 
 	// backend runs what the controller places: this hub's agents.
 	backend Backend
@@ -192,9 +194,10 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 		polls:   polls{waiting: make(map[string]*poll)},
 		started: cfg.Clock.Now(),
 	}
+	h.feed = newPresenceFeed(touchEvery(cfg.OfflineAfter))
 	h.presence = presence{
 		clk: cfg.Clock, offlineAfter: cfg.OfflineAfter, failAfter: cfg.OfflineFailAfter,
-		started: h.started, connected: h.polls.connected,
+		started: h.started, connected: h.polls.connected, feed: h.feed,
 	}
 	h.ctls.byName = map[string]*Controller{}
 	h.addRegion(cfg.Region)
@@ -241,6 +244,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { h.listenReplicas(ctx, &wg) })
+	wg.Go(func() { h.touchLoop(ctx) })
 	return h.runControllers(ctx)
 }
 

@@ -77,16 +77,20 @@ func (c *Controller) lease(ctx context.Context) bool {
 		epoch = l.Epoch
 		return tx.PutLease(l)
 	})
+	if err != nil && ctx.Err() != nil {
+		// Stopping: release gives the lease up, under the epoch held.
+		return was != 0
+	}
 	if err != nil {
-		if ctx.Err() == nil {
-			c.log.Error("cannot take or renew the region's lease; stepping down", "lease", c.leaseName(), "err", err)
-		}
+		c.log.Error("cannot take or renew the region's lease; stepping down", "lease", c.leaseName(), "err", err)
 		epoch = 0
 	}
 	switch {
-	case was == 0 && epoch != 0:
+	case was != epoch && epoch != 0:
 		c.log.Info("leading the region", "lease", c.leaseName(), "epoch", epoch)
-	case was != 0 && epoch != was:
+		// A new term examines everything that waits once.
+		c.capacityChanged()
+	case was != 0 && epoch == 0:
 		c.log.Warn("stepped down: no longer leading the region", "lease", c.leaseName(), "epoch", was)
 	}
 	c.setEpoch(epoch)
@@ -96,18 +100,24 @@ func (c *Controller) lease(ctx context.Context) bool {
 // fence refuses a controller write unless this hub holds the region's lease
 // under the epoch it believes, checked in the write's own transaction.
 func (c *Controller) fence(tx store.Tx) error {
+	_, err := c.fenced(tx)
+	return err
+}
+
+// fenced is fence, returning the epoch the write is made under.
+func (c *Controller) fenced(tx store.Tx) (int64, error) {
 	epoch := c.leaderEpoch()
 	if epoch == 0 {
-		return ErrNotLeader
+		return 0, ErrNotLeader
 	}
 	l, err := tx.Lease(c.leaseName())
 	if err != nil {
-		return fmt.Errorf("fence: %w", err)
+		return 0, fmt.Errorf("fence: %w", err)
 	}
 	if l.Holder != c.cfg.HolderID || l.Epoch != epoch || !c.clk.Now().Before(l.Expires) {
-		return fmt.Errorf("%w: lease %s is at epoch %d held by %s", ErrNotLeader, l.Name, l.Epoch, l.Holder)
+		return 0, fmt.Errorf("%w: lease %s is at epoch %d held by %s", ErrNotLeader, l.Name, l.Epoch, l.Holder)
 	}
-	return nil
+	return epoch, nil
 }
 
 // release gives the lease up on a clean stop, so a standby (or this hub,
@@ -118,6 +128,10 @@ func (c *Controller) release(ctx context.Context) {
 		return
 	}
 	c.setEpoch(0)
+	// Bounded: a hub cut off from its store still stops; the lease then
+	// expires on its own.
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseTTL/3)
+	defer cancel()
 	err := c.store.Update(ctx, func(tx store.Tx) error {
 		l, err := tx.Lease(c.leaseName())
 		if err != nil || l.Holder != c.cfg.HolderID || l.Epoch != epoch {

@@ -133,7 +133,7 @@ func (h *Hub) RevokeMachine(ctx context.Context, id string) error {
 	}
 	h.log.Warn("machine revoked", "machine", id)
 	h.Wake(id)
-	h.wakeControllers()
+	h.wakeLeader(ctx, true)
 	return nil
 }
 

@@ -31,6 +31,8 @@ func (c *Controller) observe(ctx context.Context) error {
 			continue
 		}
 		tell(c.backend, wakes)
+		// What it reported may have freed or added capacity.
+		c.capGen.Add(1)
 	}
 	return errors.Join(errs...)
 }

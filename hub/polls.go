@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -90,6 +91,13 @@ func (p *polls) connected(machineID string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.waiting[machineID] != nil
+}
+
+// ids returns the machines whose polls wait now.
+func (p *polls) ids() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Collect(maps.Keys(p.waiting))
 }
 
 // Wake answers machineID's waiting long poll at once, so its agent fetches

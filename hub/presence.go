@@ -25,6 +25,18 @@ type presence struct {
 	started time.Time
 	// connected reports whether a poll of the machine waits now.
 	connected func(machineID string) bool
+	// feed is this replica's presence batches (feed.go).
+	feed *presenceFeed
+}
+
+// blind reports whether this hub cannot tell a machine's silence from its
+// own backlog now: it started less than a presence batch ago (the other
+// replicas' batches may not have reached the store), or its own presence
+// batches fail or lag. Like the hub's own downtime, that never counts
+// against a machine: nothing is failed for being offline meanwhile.
+func (p presence) blind() bool {
+	now := p.clk.Now()
+	return now.Sub(p.started) < p.feed.every || p.feed.stale(now)
 }
 
 // online reports whether m is online now.

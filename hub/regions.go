@@ -205,6 +205,14 @@ func (h *Hub) wakeControllers() {
 	}
 }
 
+// capacityChanged tells every controller that capacity may have grown, so
+// what waits in its region is examined again.
+func (h *Hub) capacityChanged() {
+	for _, c := range h.ctls.list() {
+		c.capacityChanged()
+	}
+}
+
 // markDirty tells every controller that machineID reported; each
 // observes only the machines of its region.
 func (h *Hub) markDirty(machineID string) {

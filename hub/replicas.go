@@ -18,8 +18,29 @@ type replicaWaker interface {
 }
 
 // observePrefix marks a notification for the controller: a machine's
-// report changed. Any other payload is a machine to wake.
-const observePrefix = "observe:"
+// report changed. admitPayload and capacityPayload wake the controller: a
+// workload waits, or capacity may have grown. Any other payload is a
+// machine to wake.
+const (
+	observePrefix   = "observe:"
+	admitPayload    = "admit:"
+	capacityPayload = "capacity:"
+)
+
+// wakeLeader wakes the region's controller, here and on whichever replica
+// leads, after an admin change: without it a change made on a standby
+// would wait for the leader's ControllerInterval. capacity says the
+// change may have freed or added capacity.
+func (h *Hub) wakeLeader(ctx context.Context, capacity bool) {
+	payload := admitPayload
+	if capacity {
+		h.capacityChanged()
+		payload = capacityPayload
+	} else {
+		h.wakeControllers()
+	}
+	h.notifyReplicas(ctx, payload)
+}
 
 // notifyReplicas tells the other replicas, when the store has any.
 func (h *Hub) notifyReplicas(ctx context.Context, payload string) {
@@ -54,6 +75,10 @@ func (h *Hub) listenReplicas(ctx context.Context, wg *sync.WaitGroup) {
 				h.markAllDirty(ctx)
 				h.wakeControllers()
 			})
+		case payload == admitPayload:
+			h.wakeControllers()
+		case payload == capacityPayload:
+			h.capacityChanged()
 		case strings.HasPrefix(payload, observePrefix):
 			h.markDirty(strings.TrimPrefix(payload, observePrefix))
 		default:

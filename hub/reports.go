@@ -135,6 +135,7 @@ func (h *Hub) recordOne(tx store.Tx, p *report, now time.Time) error {
 	}
 	p.gen = m.Generation
 	p.news = h.presence.returning(m, now)
+	was := m
 	placed, err := tx.Workloads(store.WorkloadFilter{Machine: p.machineID})
 	if err != nil {
 		return err
@@ -159,7 +160,10 @@ func (h *Hub) recordOne(tx store.Tx, p *report, now time.Time) error {
 		h.log.Warn("agent reports that it saw the store change and kept what it held",
 			"machine", p.machineID, "previous_store", trust.Text(p.req.PreviousStoreID, protocol.MaxIDLength))
 	}
-	if err := tx.PutMachine(m); err != nil {
+	if quiet(was, m, p, now, 2*h.feed.every) {
+		// Only its last sync moved: the presence batch writes it.
+		h.feed.note(p.machineID, now)
+	} else if err := tx.PutMachine(m); err != nil {
 		return err
 	}
 	before, err := tx.Statuses(p.machineID)
@@ -247,6 +251,16 @@ func (h *Hub) noteReturn(tx store.Tx, m store.Machine, placed []store.Workload, 
 	}
 	h.log.Log(context.Background(), level, text)
 	return trimmed, nil
+}
+
+// quiet reports whether a sync changed nothing of machine m but its last
+// sync, and that recently enough for the presence batch to carry it
+// (within two batches: should batches fail, syncs write it again).
+func quiet(before, after store.Machine, p *report, now time.Time, every time.Duration) bool {
+	return !p.news && p.req.PreviousStoreID == "" && now.Sub(before.LastSync) < every &&
+		before.ReportedGeneration == after.ReportedGeneration && before.AppliedGeneration == after.AppliedGeneration &&
+		before.AgentVersion == after.AgentVersion && before.BootID == after.BootID &&
+		before.AgentStarted.Equal(after.AgentStarted) && before.Inventory == after.Inventory
 }
 
 func sameReport(a, b protocol.Status) bool {

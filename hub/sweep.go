@@ -32,13 +32,17 @@ func (c *Controller) sweep(ctx context.Context) error {
 				gone = append(gone, m)
 			}
 		}
-		if len(gone) > 0 && !heard {
+		switch {
+		case len(gone) > 0 && c.presence.blind():
+			c.logBlind(len(gone))
+			gone = nil
+		case len(gone) > 0 && !heard:
 			// Every machine went silent at once: that is the hub's
 			// network, not the fleet. Fail nothing.
 			c.logSilence(len(gone))
 			gone = nil
-		} else {
-			c.silent = false
+		default:
+			c.silent, c.blind = false, false
 		}
 		for _, m := range gone {
 			if err := c.failOffline(tx, m, &wakes); err != nil {
@@ -50,11 +54,25 @@ func (c *Controller) sweep(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
+	if len(wakes) > 0 {
+		// What it failed or stopped no longer holds capacity.
+		c.capGen.Add(1)
+	}
 	tell(c.backend, wakes)
 	if err := c.retain(ctx); err != nil {
 		return fmt.Errorf("retention: %w", err)
 	}
 	return nil
+}
+
+// logBlind says, once per spell, why machines that look gone are not
+// failed.
+func (c *Controller) logBlind(machines int) {
+	if c.blind {
+		return
+	}
+	c.blind = true
+	c.log.Warn("this hub's presence writes lag or it just started: failing nothing for being offline", "machines", machines)
 }
 
 func (c *Controller) logSilence(machines int) {

@@ -27,6 +27,12 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 	if err := CheckSyncRequest(req); err != nil {
 		return nil, fmt.Errorf("sync %s: %w: %w", machineID, ErrBadRequest, err)
 	}
+	if h.feed.failingNow() {
+		// Cut off from the store: answer at once, so the agent moves to
+		// a replica that can serve, rather than wait on a store that may
+		// not answer at all.
+		return nil, fmt.Errorf("sync %s: %w: this replica cannot reach its store", machineID, ErrNotReady)
+	}
 	// Wait before reading the generation, so a wake between the read and
 	// the wait is not lost.
 	w, release := h.polls.wait(machineID)

@@ -45,6 +45,7 @@ func versionCmd() *cobra.Command {
 func runCmd() *cobra.Command {
 	var stateDir, driverList, inventoryFile, configFile, dockerHost, metricsAddr string
 	var format cli.LogFormat
+	var hubs []string
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent daemon",
@@ -72,7 +73,7 @@ func runCmd() *cobra.Command {
 			defer signal.Stop(hup)
 			err = agent.RunNetworked(ctx, agent.NetworkedConfig{
 				StateDir: set.stateDir, Drivers: set.drivers, Inventory: probe, Logger: log, Version: version,
-				DockerHost: ep.Host, DriverTimeout: set.driverTimeout, Hangup: hup, Observer: obs,
+				DockerHost: ep.Host, DriverTimeout: set.driverTimeout, Hangup: hup, Observer: obs, Hubs: hubs,
 			})
 			if errors.Is(err, agent.ErrUnknownDriver) {
 				return &cli.UsageError{Err: err}
@@ -86,6 +87,7 @@ func runCmd() *cobra.Command {
 	addDockerHostFlag(cmd, &dockerHost)
 	cmd.Flags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics, on loopback only (e.g. 127.0.0.1:9464); off by default")
 	cmd.Flags().Var(&format, "log-format", "log as text or json (one object a line)")
+	cmd.Flags().StringArrayVar(&hubs, "hub", nil, "another replica of the hub, https://HOST:PORT (repeatable): after a failure of the hub's side (5xx, connection refused or lost) the agent syncs with the next, the one it enrolled with first")
 	cmd.Flags().StringVar(&inventoryFile, "inventory-file", "", "development only, with --drivers sim: report this file's inventory (JSON) instead of probing")
 	return cmd
 }

@@ -17,6 +17,11 @@ import (
 // maxAdminBody bounds admin request bodies; none needs more.
 const maxAdminBody = 64 << 10
 
+// adminTimeout bounds each admin request: a hub whose store does not
+// answer (a replica cut off from it) answers 503 instead of hanging. A
+// variable for the tests.
+var adminTimeout = 30 * time.Second
+
 // AdminHandler serves the admin API, authenticated by token.
 func (a *API) AdminHandler(token string) http.Handler {
 	mux := http.NewServeMux()
@@ -47,14 +52,25 @@ func (a *API) AdminHandler(token string) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxAdminBody)
-		mux.ServeHTTP(w, r)
+		ctx, cancel := context.WithTimeoutCause(r.Context(), adminTimeout, errAdminTimeout)
+		defer cancel()
+		mux.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
-// adminFail answers an admin request's error; the hub's own failures are
-// shown to the operator, who runs it.
+var errAdminTimeout = errors.New("admin request timed out")
+
+// adminFail answers an admin request's error. The hub's own failures are
+// logged whole and answered in general words: a store's error can name
+// its user, database and address, which are not the caller's to read.
 func (a *API) adminFail(w http.ResponseWriter, r *http.Request, err error) {
-	a.fail(w, r, err, "admin request failed", "the hub failed: "+err.Error())
+	if errors.Is(context.Cause(r.Context()), errAdminTimeout) {
+		a.log.Error("admin request timed out", "method", r.Method, "path", r.URL.Path, "timeout", adminTimeout, "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the hub did not answer within %v (is its store reachable?); its log says why; try again or another replica with --hub", adminTimeout))
+		return
+	}
+	a.fail(w, r, err, "admin request failed", "the hub failed; its log says why")
 }
 
 func (a *API) listTenants(w http.ResponseWriter, r *http.Request) {

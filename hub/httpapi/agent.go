@@ -21,6 +21,17 @@ func (a *API) SyncHandler(identify func(*http.Request) (string, error)) http.Han
 			return
 		}
 		resp, err := a.hub.Sync(r.Context(), machineID, req)
+		if _, _, ok := statusOf(err); err != nil && !ok && r.Context().Err() == nil {
+			// The hub's own failure: its store, almost always. Send the
+			// agent away and close the connection (over HTTP/2 a
+			// GOAWAY), so that through a load balancer it reaches a
+			// replica that can answer instead of retrying this one.
+			a.log.Error("sync failed; sending the agent to reconnect", "machine", machineID, "err", err)
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Connection", "close")
+			writeError(w, http.StatusServiceUnavailable, "this hub cannot answer now (its store is unreachable or failing); the agent reconnects, through the load balancer to another replica")
+			return
+		}
 		if err != nil {
 			a.fail(w, r, err, "sync failed", "the hub failed to sync; the agent will retry", "machine", machineID)
 			return

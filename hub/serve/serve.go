@@ -135,9 +135,7 @@ func NewServer(cfg Config) *Server {
 	mux.Handle(protocol.RenewPath, counted(s.metrics.Renewal, s.limitMachine(s.api.RenewHandler(identify))))
 	mux.Handle(protocol.LogsPath, s.limitMachine(s.api.LogsHandler(identify)))
 	mux.Handle(protocol.EnrollPath, counted(s.metrics.Enrolment, s.api.EnrollHandler()))
-	if cfg.Readyz != nil {
-		mux.HandleFunc("GET /readyz", cfg.Readyz)
-	}
+	mux.Handle("GET /readyz", s.api.ReadyHandler(cfg.Hub.Ready))
 	s.srv = &http.Server{
 		Handler:           s.shed(mux),
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,

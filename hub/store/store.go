@@ -54,6 +54,10 @@ type Tx interface {
 	// DeleteMachine removes the machine, its statuses and its
 	// certificates; ErrNotFound if there is none.
 	DeleteMachine(id string) error
+	// TouchMachines moves the last sync of the machines named forward to
+	// at (never back), in one statement per few hundred: a replica's
+	// presence batch.
+	TouchMachines(ids []string, at time.Time) error
 	// BumpGeneration increments the machine's desired generation and
 	// returns the new value.
 	BumpGeneration(machineID string) (int64, error)
@@ -259,6 +263,14 @@ type Workload struct {
 type WorkloadFilter struct {
 	Machine string
 	States  []State
+	Region  string
+	// After pages through the workloads in their order (created, then
+	// ID): when AfterID is set, only those after (AfterCreated, AfterID)
+	// match.
+	AfterCreated time.Time
+	AfterID      string
+	// Limit, when positive, returns at most this many.
+	Limit int
 }
 
 // StatusRecord is the latest status one machine reported for one workload.

@@ -2,12 +2,14 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
 	"einsora.dev/edge/hub"
+	"einsora.dev/edge/hub/hubtest"
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/protocol"
 )
@@ -94,5 +96,154 @@ func TestHubReplicasWakeEachOther(t *testing.T) {
 			t.Fatalf("leader did not observe the report made to the follower: %s", got.State)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A backlog of waiting workloads that fit nowhere delays neither the
+// placement of one that fits nor the lease (issue 18).
+func TestBacklogDelaysNeitherPlacementNorLease(t *testing.T) {
+	n := 100_000
+	if testing.Short() {
+		n = 3000
+	}
+	hubtest.Backlog(t, open(t, testDSN(t)), n)
+}
+
+// A create on a standby wakes the leader through the store's
+// notifications: it is placed long before the leader's own tick (issue
+// 18).
+func TestCreateOnAStandbyWakesTheLeader(t *testing.T) {
+	dsn := testDSN(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const tick = 30 * time.Second
+	newHub := func(holder string) *hub.Hub {
+		h, err := hub.New(ctx, hub.Config{AllowSim: true, Store: open(t, dsn), Logger: log, HolderID: holder,
+			PollTimeout: time.Minute, ControllerInterval: tick})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	a, b := newHub("hub-a"), newHub("hub-b")
+	must(t, a.CreateTenant(ctx, "local"))
+	must(t, a.RegisterMachine(ctx, "m-1", "m-1", "local", "local"))
+	inv := &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 8, MemoryMB: 16384, Drivers: []string{"sim"}}
+	_, err := a.Sync(ctx, "m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version, Inventory: inv})
+	must(t, err)
+	done := make(chan struct{}, 2)
+	for _, h := range []*hub.Hub{a, b} {
+		go func() { h.Run(ctx); done <- struct{}{} }()
+	}
+	defer func() { cancel(); <-done; <-done }()
+	var standby *hub.Hub
+	deadline := time.Now().Add(10 * time.Second)
+	for standby == nil {
+		if la, _ := a.Leadership(); la {
+			standby = b
+		} else if lb, _ := b.Leadership(); lb {
+			standby = a
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no replica took the lease")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the leader's first pass is over
+
+	start := time.Now()
+	w, err := standby.CreateWorkload(ctx, hub.WorkloadSpec{Tenant: "local", Name: "web", Kind: protocol.KindContainer, Class: "cpu-1", Region: "local"})
+	must(t, err)
+	for {
+		got, err := standby.Workload(ctx, w.ID)
+		must(t, err)
+		if got.State == store.StateProvisioning {
+			break
+		}
+		if time.Since(start) > tick/6 {
+			t.Fatalf("created on the standby, still %s after %v: the leader was not woken", got.State, time.Since(start))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("created on the standby, placed by the leader in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// Presence is shared: with a poll timeout twice OfflineAfter (90 s against
+// 45 s, scaled down here), polls held by the other replicas keep their
+// machines online in the leader's eyes (issue 18).
+func TestPresenceAcrossReplicasWithLongPolls(t *testing.T) {
+	dsn := testDSN(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const offlineAfter = 3 * time.Second
+	var hubs []*hub.Hub
+	for _, holder := range []string{"hub-a", "hub-b", "hub-c"} {
+		h, err := hub.New(ctx, hub.Config{AllowSim: true, Store: open(t, dsn), Logger: log, HolderID: holder,
+			PollTimeout: 2 * offlineAfter, OfflineAfter: offlineAfter, OfflineFailAfter: 4 * time.Second,
+			ControllerInterval: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hubs = append(hubs, h)
+	}
+	must(t, hubs[0].CreateTenant(ctx, "local"))
+	inv := &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 8, MemoryMB: 16384, Drivers: []string{"sim"}}
+	const machines = 6
+	for i := range machines {
+		id := fmt.Sprintf("m-%d", i)
+		must(t, hubs[0].RegisterMachine(ctx, id, id, "local", "local"))
+	}
+	done := make(chan struct{}, len(hubs))
+	for _, h := range hubs {
+		go func() { h.Run(ctx); done <- struct{}{} }()
+	}
+	defer func() {
+		cancel()
+		for range hubs {
+			<-done
+		}
+	}()
+	var leader *hub.Hub
+	var others []*hub.Hub
+	for deadline := time.Now().Add(10 * time.Second); leader == nil; time.Sleep(10 * time.Millisecond) {
+		for i, h := range hubs {
+			if l, _ := h.Leadership(); l {
+				leader = h
+				others = append(append(others, hubs[:i]...), hubs[i+1:]...)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no replica took the lease")
+		}
+	}
+	// Each agent polls one of the other replicas, as a load balancer
+	// spread them, and holds its poll there for twice OfflineAfter.
+	for i := range machines {
+		id, h := fmt.Sprintf("m-%d", i), others[i%len(others)]
+		go func() {
+			req := &protocol.SyncRequest{ProtocolVersion: protocol.Version, Inventory: inv}
+			for ctx.Err() == nil {
+				resp, err := h.Sync(ctx, id, req)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Error(err)
+					}
+					return
+				}
+				req = &protocol.SyncRequest{ProtocolVersion: protocol.Version, StoreID: resp.StoreID, Generation: resp.Generation}
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond) // every first sync is in
+	for end := time.Now().Add(4 * offlineAfter); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		ms, err := leader.Machines(ctx)
+		must(t, err)
+		for _, m := range ms {
+			if !m.Online {
+				t.Fatalf("the leader sees %s offline, last sync %v ago, while another replica holds its poll", m.ID, time.Since(m.LastSync).Round(time.Millisecond))
+			}
+		}
 	}
 }

@@ -44,6 +44,9 @@ var migrations = []string{
 		expires BIGINT NOT NULL, revoked BIGINT NOT NULL);
 	CREATE INDEX certificates_machine ON certificates (machine, issued);`,
 	`ALTER TABLE machines ADD COLUMN revoked_at BIGINT NOT NULL DEFAULT 0;`,
+	// The controller pages through what waits in (created, id) order; a
+	// backlog of 100,000 must not be sorted whole for each page.
+	`CREATE INDEX workloads_waiting ON workloads (state, created);`,
 }
 
 // migrationLock is the key of the advisory lock every migration

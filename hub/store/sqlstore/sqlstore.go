@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -296,6 +297,20 @@ func (t *tx) Class(name string) (store.Class, error) {
 const machineCols = `id, name, owner, region, os, arch, generation, reported_generation, applied_generation,
 	last_sync, agent_version, boot_id, agent_started, inventory, registered, revoked, cert_expires, revoked_at`
 
+func (t *tx) TouchMachines(ids []string, at time.Time) error {
+	for chunk := range slices.Chunk(ids, 500) {
+		args := []any{ts(at), ts(at)}
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		_, err := t.exec(`UPDATE machines SET last_sync = ? WHERE last_sync < ? AND id IN (?`+strings.Repeat(`, ?`, len(chunk)-1)+`)`, args...)
+		if err != nil {
+			return fmt.Errorf("touch %d machines: %w", len(chunk), err)
+		}
+	}
+	return nil
+}
+
 func (t *tx) PutMachine(m store.Machine) error {
 	var inv []byte
 	if m.Inventory != nil {
@@ -488,7 +503,19 @@ func (t *tx) Workloads(f store.WorkloadFilter) ([]store.Workload, error) {
 			args = append(args, string(st))
 		}
 	}
-	rows, err := t.query(query+` ORDER BY created, id`+t.s.d.Collate, args...)
+	if f.Region != "" {
+		query += ` AND region = ?`
+		args = append(args, f.Region)
+	}
+	if f.AfterID != "" {
+		query += ` AND (created > ? OR (created = ? AND id` + t.s.d.Collate + ` > ?))`
+		args = append(args, ts(f.AfterCreated), ts(f.AfterCreated), f.AfterID)
+	}
+	query += ` ORDER BY created, id` + t.s.d.Collate
+	if f.Limit > 0 {
+		query += ` LIMIT ` + strconv.Itoa(f.Limit)
+	}
+	rows, err := t.query(query, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("machines_and_generations", func(t *testing.T) { testMachines(t, open(t)) })
 	t.Run("machines_in_pages", func(t *testing.T) { testMachinePages(t, open(t)) })
 	t.Run("workloads", func(t *testing.T) { testWorkloads(t, open(t)) })
+	t.Run("workloads_in_pages", func(t *testing.T) { testWorkloadPages(t, open(t)) })
 	t.Run("statuses", func(t *testing.T) { testStatuses(t, open(t)) })
 	t.Run("timeline_in_order", func(t *testing.T) { testTimeline(t, open(t)) })
 	t.Run("failed_update_rolls_back", func(t *testing.T) { testRollback(t, open(t)) })
@@ -119,6 +120,16 @@ func testMachines(t *testing.T, s store.Store) {
 		}
 		return nil
 	})
+	later := at.Add(time.Minute)
+	update(t, s, func(tx store.Tx) error { return tx.TouchMachines([]string{"m-1", "m-none"}, later) })
+	update(t, s, func(tx store.Tx) error { return tx.TouchMachines([]string{"m-1"}, at) }) // never back
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Machine("m-1")
+		if err != nil || !got.LastSync.Equal(later) || got.Generation != 2 {
+			t.Errorf("touched: got %+v, %v; want last sync %v", got, err, later)
+		}
+		return nil
+	})
 	update(t, s, func(tx store.Tx) error { return tx.DeleteMachine("m-1") })
 	view(t, s, func(tx store.Tx) error {
 		if _, err := tx.Machine("m-1"); !errors.Is(err, store.ErrNotFound) {
@@ -179,6 +190,51 @@ func testWorkloads(t *testing.T, s store.Store) {
 		}
 		return nil
 	})
+}
+
+// testWorkloadPages pages through waiting workloads the way the controller
+// does: by region, in (created, id) order, a page at a time, including
+// workloads created in the same instant.
+func testWorkloadPages(t *testing.T, s store.Store) {
+	update(t, s, func(tx store.Tx) error { return tx.CreateTenant(store.Tenant{Name: "acme", Created: at}) })
+	var want []string
+	update(t, s, func(tx store.Tx) error {
+		for i := range 7 {
+			w := store.Workload{ID: fmt.Sprintf("w-%d", 9-i), Tenant: "acme", Kind: protocol.KindContainer, Class: "cpu-1",
+				Region: "eu", State: store.StateQueued, Created: at.Add(time.Duration(i/3) * time.Second), Since: at}
+			if err := tx.CreateWorkload(w); err != nil {
+				return err
+			}
+			other := w
+			other.ID, other.Region = "us-"+w.ID, "us"
+			if err := tx.CreateWorkload(other); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// Same instant: by ID. w-9, w-8, w-7 at +0s; w-6, w-5, w-4 at +1s; w-3 at +2s.
+	want = []string{"w-7", "w-8", "w-9", "w-4", "w-5", "w-6", "w-3"}
+	var got []string
+	f := store.WorkloadFilter{States: []store.State{store.StateQueued}, Region: "eu", Limit: 2}
+	for range 10 {
+		var page []store.Workload
+		view(t, s, func(tx store.Tx) (err error) { page, err = tx.Workloads(f); return err })
+		if len(page) > 2 {
+			t.Fatalf("a page of %d, limit 2", len(page))
+		}
+		for _, w := range page {
+			got = append(got, w.ID)
+		}
+		if len(page) < 2 {
+			break
+		}
+		last := page[len(page)-1]
+		f.AfterCreated, f.AfterID = last.Created, last.ID
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("paged: got %v, want %v", got, want)
+	}
 }
 
 func testStatuses(t *testing.T, s store.Store) {

@@ -1,0 +1,153 @@
+package hub
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"einsora.dev/edge/hub/store"
+)
+
+// presenceFeed is this replica's share of presence across replicas: a
+// machine is online while a replica holds its poll or heard from it within
+// OfflineAfter, whichever replica that is. No replica writes per poll:
+// each writes, every touchEvery, one batch moving the last sync of every
+// machine whose poll it holds or whose quiet sync it took since the last
+// batch; a sync that changes something (a machine back from silence, new
+// statuses, a new generation) writes its machine's row at once. So the
+// last sync in the store, which the leader reads, is never more than
+// touchEvery (plus one commit) behind a machine in touch with any replica.
+type presenceFeed struct {
+	every time.Duration
+	// mu guards the following fields.
+	mu sync.Mutex
+	// heard holds the machines whose sync left their row alone since the
+	// last batch, and when. Bounded by the machines that may sync at all.
+	heard map[string]time.Time
+	// inflight is when the batch being written began; zero when none.
+	inflight time.Time
+	// failing is set while the last batch failed.
+	failing bool
+}
+
+// touchEvery is how often a replica writes its presence batch: a third
+// of OfflineAfter (15 s by default), so two batches can fail before a
+// machine in touch looks offline.
+func touchEvery(offlineAfter time.Duration) time.Duration { return offlineAfter / 3 }
+
+func newPresenceFeed(every time.Duration) *presenceFeed {
+	return &presenceFeed{every: every, heard: make(map[string]time.Time)}
+}
+
+// note records a quiet sync of machineID at for the next batch.
+func (f *presenceFeed) note(machineID string, at time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if at.After(f.heard[machineID]) {
+		f.heard[machineID] = at
+	}
+}
+
+// begin takes the machines heard since the last batch, by when they were
+// last heard (to the second, rounded down, so a batch is a few
+// statements), adds the held polls as heard now, and marks a batch in
+// flight since now.
+func (f *presenceFeed) begin(now time.Time, held []string) map[time.Time][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range held {
+		f.heard[id] = now
+	}
+	batch := make(map[time.Time][]string)
+	for id, at := range f.heard {
+		at = at.Truncate(time.Second)
+		batch[at] = append(batch[at], id)
+	}
+	clear(f.heard)
+	f.inflight = now
+	return batch
+}
+
+// end closes the batch begun; a failed batch's machines go in the next.
+func (f *presenceFeed) end(batch map[time.Time][]string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inflight, f.failing = time.Time{}, err != nil
+	if err == nil {
+		return
+	}
+	for at, ids := range batch {
+		for _, id := range ids {
+			if at.After(f.heard[id]) {
+				f.heard[id] = at
+			}
+		}
+	}
+}
+
+// stale reports whether this replica's own presence writes lag at now:
+// its last batch failed, or one has been in flight for longer than a
+// batch interval (an overloaded or cut-off store). The last syncs it
+// reads may then be the hub's backlog, not the machines' silence.
+func (f *presenceFeed) stale(now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failing || !f.inflight.IsZero() && now.Sub(f.inflight) > f.every
+}
+
+// failingNow reports whether the last batch failed.
+func (f *presenceFeed) failingNow() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failing
+}
+
+// touchLoop writes this replica's presence batches until ctx is done.
+func (h *Hub) touchLoop(ctx context.Context) {
+	t := h.clk.NewTimer(h.feed.every)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		err := h.touch(ctx)
+		switch {
+		case err != nil && !failing && ctx.Err() == nil:
+			h.log.Error("cannot write this replica's presence batch; no machine is failed for being offline until it can, and the polls held here are answered so their agents reconnect", "err", err)
+			// Each poll answered re-reads the store: failing, its agent
+			// is told to reconnect (httpapi), through a load balancer to
+			// a replica that can reach the store.
+			h.polls.wakeEvery()
+		case err == nil && failing:
+			h.log.Info("presence batch written again")
+		}
+		failing = err != nil
+		t.Reset(h.feed.every)
+	}
+}
+
+// touch writes one presence batch: the machines whose polls this replica
+// holds now, and those it heard from quietly since the last batch.
+func (h *Hub) touch(ctx context.Context) error {
+	now := h.clk.Now()
+	batch := h.feed.begin(now, h.polls.ids())
+	// Even an empty batch commits: it is also this replica's probe of
+	// its store (Ready, and Sync refusing at once while it fails).
+	tctx, cancel := context.WithTimeout(ctx, h.feed.every)
+	err := h.store.Update(tctx, func(tx store.Tx) error {
+		for _, at := range slices.SortedFunc(maps.Keys(batch), time.Time.Compare) {
+			if err := tx.TouchMachines(batch[at], at); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	cancel()
+	h.feed.end(batch, err)
+	return err
+}

@@ -1,0 +1,209 @@
+package hub
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/protocol"
+)
+
+// countingStore counts the writes made through it.
+type countingStore struct {
+	store.Store
+	writes atomic.Int64
+}
+
+type countingTx struct {
+	store.Tx
+	writes *atomic.Int64
+}
+
+func (s *countingStore) Update(ctx context.Context, fn func(tx store.Tx) error) error {
+	return s.Store.Update(ctx, func(tx store.Tx) error { return fn(countingTx{tx, &s.writes}) })
+}
+
+func (t countingTx) PutMachine(m store.Machine) error {
+	t.writes.Add(1)
+	return t.Tx.PutMachine(m)
+}
+
+func (t countingTx) TouchMachines(ids []string, at time.Time) error {
+	t.writes.Add(1)
+	return t.Tx.TouchMachines(ids, at)
+}
+
+func (t countingTx) PutStatus(s store.StatusRecord) error {
+	t.writes.Add(1)
+	return t.Tx.PutStatus(s)
+}
+
+// An idle agent's polls cost far less than a write each: its last sync
+// is written by the presence batch, every touchEvery, and the store's last
+// sync stays within a batch of the truth (issue 13).
+func TestIdlePollsWriteInBatches(t *testing.T) {
+	h := newTestHub(t)
+	counted := &countingStore{Store: h.st}
+	h.store = counted
+	h.machine("m-1")
+	resp := h.sync("m-1", &protocol.SyncRequest{})
+	req := protocol.SyncRequest{ProtocolVersion: protocol.Version, StoreID: resp.StoreID, Generation: resp.Generation}
+	counted.writes.Store(0)
+	const polls = 300
+	for i := range polls {
+		h.clk.Advance(time.Second)
+		if _, _, err := h.record("m-1", &req); err != nil {
+			t.Fatal(err)
+		}
+		if i%15 == 14 {
+			if err := h.touch(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			m := h.machineRow("m-1")
+			if behind := h.clk.Now().Sub(m.LastSync); behind > time.Second {
+				t.Fatalf("after a batch, the store's last sync is %v behind", behind)
+			}
+		}
+		if m := h.machineRow("m-1"); h.clk.Now().Sub(m.LastSync) >= h.feed.every+time.Second {
+			t.Fatalf("poll %d: the store's last sync is %v behind", i, h.clk.Now().Sub(m.LastSync))
+		}
+	}
+	w := counted.writes.Load()
+	t.Logf("%d idle polls, %d writes", polls, w)
+	if w > polls/10 {
+		t.Errorf("%d idle polls cost %d writes, want far fewer than one a poll", polls, w)
+	}
+}
+
+func (h *testHub) machineRow(id string) store.Machine {
+	h.t.Helper()
+	var m store.Machine
+	err := h.st.View(context.Background(), func(tx store.Tx) (err error) { m, err = tx.Machine(id); return err })
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return m
+}
+
+// A vanished host goes offline by the 45 s rule, counted from when it
+// was last heard, not from the presence batch that carried it: online at
+// 44 s, offline at 46 s.
+func TestVanishedHostGoesOfflineAfter45s(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	resp := h.sync("m-1", &protocol.SyncRequest{})
+	req := protocol.SyncRequest{ProtocolVersion: protocol.Version, StoreID: resp.StoreID, Generation: resp.Generation}
+	h.clk.Advance(5 * time.Second)
+	if _, _, err := h.record("m-1", &req); err != nil { // quiet: the batch carries it
+		t.Fatal(err)
+	}
+	last := h.clk.Now()
+	h.clk.Advance(10 * time.Second) // the host vanishes; the batch comes later
+	if err := h.touch(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	online := func() bool {
+		t.Helper()
+		v, err := h.Machine(context.Background(), "m-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Online
+	}
+	h.clk.Advance(last.Add(44 * time.Second).Sub(h.clk.Now()))
+	if !online() {
+		t.Errorf("offline 44 s after it was last heard")
+	}
+	h.clk.Advance(2 * time.Second)
+	if online() {
+		t.Errorf("online 46 s after it was last heard")
+	}
+}
+
+// heldStore holds the next Update armed, before it commits, until
+// released: a store too loaded to commit.
+type heldStore struct {
+	store.Store
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *heldStore) Update(ctx context.Context, fn func(tx store.Tx) error) error {
+	if s.armed.CompareAndSwap(true, false) {
+		s.entered <- struct{}{}
+		<-s.release
+	}
+	return s.Store.Update(ctx, fn)
+}
+
+// An overloaded hub fails no connected machine for being offline: the
+// offline clock counts the machine's silence, never the hub's backlog. A
+// machine whose report waits in the hub's queue is online; while this
+// hub's presence batch cannot commit, nothing is failed for being
+// offline; once it commits again, a machine truly silent is.
+func TestOverloadedHubFailsNothingOffline(t *testing.T) {
+	h := newTestHub(t)
+	gate := &heldStore{Store: h.st, entered: make(chan struct{}), release: make(chan struct{})}
+	h.store = gate
+	h.ctl.store = gate
+	h.machine("m-1")
+	w := h.running("web")
+	ctx := context.Background()
+	// Another machine stays in touch throughout (its poll held), so the
+	// hub is not simply cut off from every machine.
+	h.machine("m-2")
+	_, release := h.polls.wait("m-2")
+	defer release()
+
+	// Its report waits in the hub's queue, behind a commit that does not
+	// come, for longer than OfflineFailAfter.
+	gate.armed.Store(true)
+	synced := make(chan error, 1)
+	go func() {
+		_, err := h.Sync(ctx, "m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version})
+		synced <- err
+	}()
+	<-gate.entered
+	h.clk.Advance(h.cfg.OfflineFailAfter + time.Minute)
+	h.pass()
+	if got := h.workload(w.ID); got.State != store.StateRunning {
+		t.Fatalf("its report waited in the hub's queue, and the hub made it %s: %s", got.State, got.Reason)
+	}
+	gate.release <- struct{}{}
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+
+	// A quiet sync, for the presence batch to carry; then the machine is
+	// silent, and this hub's presence batch is stuck before its commit:
+	// presence is blind, nothing is failed.
+	// (The report that waited carries the time it arrived: the next one
+	// writes the machine's row, the one after is quiet.)
+	for range 2 {
+		h.clk.Advance(time.Second)
+		if _, _, err := h.record("m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate.armed.Store(true)
+	touched := make(chan error, 1)
+	go func() { touched <- h.touch(ctx) }()
+	<-gate.entered
+	h.clk.Advance(h.cfg.OfflineFailAfter + time.Minute)
+	h.pass()
+	if got := h.workload(w.ID); got.State != store.StateRunning {
+		t.Fatalf("while its own presence writes were stuck, the hub made it %s: %s", got.State, got.Reason)
+	}
+	gate.release <- struct{}{}
+	if err := <-touched; err != nil {
+		t.Fatal(err)
+	}
+	// The batch committed: the machine's silence is real.
+	h.pass()
+	if got := h.workload(w.ID); got.State != store.StateFailed {
+		t.Errorf("silent past OfflineFailAfter with presence healthy: %s, want failed", got.State)
+	}
+}
