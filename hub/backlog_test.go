@@ -13,7 +13,7 @@ import (
 // placement of one that fits nor the lease (issue 18).
 func TestBacklogDelaysNeitherPlacementNorLease(t *testing.T) {
 	n := 100_000
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		n = 3000
 	}
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "hub.db"))

@@ -103,7 +103,7 @@ func TestHubReplicasWakeEachOther(t *testing.T) {
 // placement of one that fits nor the lease (issue 18).
 func TestBacklogDelaysNeitherPlacementNorLease(t *testing.T) {
 	n := 100_000
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		n = 3000
 	}
 	hubtest.Backlog(t, open(t, testDSN(t)), n)
