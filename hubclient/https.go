@@ -407,10 +407,22 @@ func (t *HTTPS) Sync(ctx context.Context, req *protocol.SyncRequest) (*protocol.
 		if err != nil {
 			return nil, fmt.Errorf("sync: %w, to a URL this agent refuses: %w", ErrReconnect, err)
 		}
-		return nil, fmt.Errorf("sync: %w to %s", ErrReconnect, to)
+		return nil, fmt.Errorf("sync: %w", &ReconnectError{To: to, Window: WindowOf(&resp)})
 	}
 	return &resp, nil
 }
+
+// ReconnectError is a directed reconnect; it wraps ErrReconnect. Window is
+// set when the hub drains to its own address (it is restarting): the agent
+// redials after a uniformly random part of it. A reconnect to another
+// replica has none and stays immediate.
+type ReconnectError struct {
+	To     string
+	Window time.Duration
+}
+
+func (e *ReconnectError) Error() string { return ErrReconnect.Error() + " to " + e.To }
+func (e *ReconnectError) Unwrap() error { return ErrReconnect }
 
 // Renew posts a CSR to /agent/v1/renew over the current client certificate
 // and returns the new certificate. The caller installs it with

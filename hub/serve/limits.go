@@ -79,6 +79,16 @@ type Limits struct {
 	// IdleTimeout closes a connection that carried no request for that
 	// long: an agent's connection always carries its next poll.
 	IdleTimeout time.Duration
+	// ReconnectRate is how many agents a second the hub plans to take
+	// back after a restart or a drain: the reconnect window it tells
+	// agents is its connected fleet over this rate, and never under
+	// MinReconnectWindow. In the first StartPhase after the server starts,
+	// machines' requests past this rate get 503 with a Retry-After at the
+	// next free slot, so a fleet that returns at once is queued over the
+	// window, after its handshake and never within it.
+	ReconnectRate      float64
+	MinReconnectWindow time.Duration
+	StartPhase         time.Duration
 }
 
 // Defaults. The ones that scale with the CPUs are in withDefaults.
@@ -103,6 +113,11 @@ const (
 	DefaultRetryAfter        = time.Second
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultIdleTimeout       = 90 * time.Second
+	// A TLS 1.3 handshake with ECDSA client certificates costs about
+	// 1 ms of one core here (docs/performance.md): a quarter of two cores.
+	DefaultReconnectRate      = 500
+	DefaultMinReconnectWindow = 3 * time.Second
+	DefaultStartPhase         = time.Minute
 )
 
 func orDefault[T int | float64 | time.Duration](v *T, d T) {
@@ -132,6 +147,9 @@ func (l Limits) withDefaults(cpus int) Limits {
 	orDefault(&l.RetryAfter, DefaultRetryAfter)
 	orDefault(&l.ReadHeaderTimeout, DefaultReadHeaderTimeout)
 	orDefault(&l.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&l.ReconnectRate, DefaultReconnectRate)
+	orDefault(&l.MinReconnectWindow, DefaultMinReconnectWindow)
+	orDefault(&l.StartPhase, DefaultStartPhase)
 	return l
 }
 

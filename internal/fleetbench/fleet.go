@@ -120,6 +120,7 @@ func (a *simAgent) loop(ctx context.Context, f *fleet) {
 			continue
 		}
 		bo.Reset()
+		bo.Window = hubclient.WindowOf(resp) // as the agent does
 		sentInventory = true
 		a.lastOK.Store(time.Now().UnixNano())
 		if resp.Unchanged {
