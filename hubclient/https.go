@@ -203,6 +203,10 @@ type HTTPSConfig struct {
 	// PingAfter and PingTimeout override the package's HTTP/2 health
 	// check; zero means the constants.
 	PingAfter, PingTimeout time.Duration
+	// HTTP1 speaks HTTP/1.1 instead of HTTP/2: for measurements of the
+	// hub's cost per held poll (docs/performance.md). An agent keeps
+	// HTTP/2, whose pings notice a black-holed connection.
+	HTTP1 bool
 }
 
 // HTTPS is the transport of a networked agent: POST /agent/v1/sync over
@@ -210,11 +214,12 @@ type HTTPSConfig struct {
 // while syncs run (SetCertificate), and it follows directed reconnects.
 // It is safe for concurrent use.
 type HTTPS struct {
-	fp   [32]byte
-	clk  clock.Clock
-	dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	ping http.HTTP2Config
-	cert atomic.Pointer[tls.Certificate]
+	fp    [32]byte
+	clk   clock.Clock
+	dial  func(ctx context.Context, network, addr string) (net.Conn, error)
+	ping  http.HTTP2Config
+	http1 bool
+	cert  atomic.Pointer[tls.Certificate]
 
 	// mu guards the following fields.
 	mu        sync.Mutex
@@ -257,7 +262,8 @@ func NewHTTPS(cfg HTTPSConfig) (*HTTPS, error) {
 	}
 	t := &HTTPS{
 		fp: protocol.FingerprintOf(cfg.CA.Raw), clk: cfg.Clock, dial: cfg.DialContext, base: u.String(),
-		ping: http.HTTP2Config{SendPingTimeout: cmp.Or(cfg.PingAfter, PingAfter), PingTimeout: cmp.Or(cfg.PingTimeout, PingTimeout)},
+		ping:  http.HTTP2Config{SendPingTimeout: cmp.Or(cfg.PingAfter, PingAfter), PingTimeout: cmp.Or(cfg.PingTimeout, PingTimeout)},
+		http1: cfg.HTTP1,
 	}
 	c, err := withLeaf(cfg.Certificate)
 	if err != nil {
@@ -279,6 +285,11 @@ func (t *HTTPS) newPool() *pool {
 	tr.HTTP2 = &ping
 	if t.dial != nil {
 		tr.DialContext = t.dial
+	}
+	if t.http1 {
+		tr.ForceAttemptHTTP2, tr.HTTP2 = false, nil
+		tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+		tc.NextProtos = []string{"http/1.1"}
 	}
 	dtr := newHTTPTransport(tc)
 	dtr.ForceAttemptHTTP2 = false
