@@ -3,8 +3,8 @@ package hub
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -87,7 +87,6 @@ func BenchmarkEnroll(b *testing.B) {
 		})
 	}
 }
-
 
 // processCPU is the CPU time this process has used, user and system.
 func processCPU() time.Duration {
