@@ -18,7 +18,7 @@ import (
 func TestJustStartedHubQueuesAFleetPastItsRate(t *testing.T) {
 	const agents, rate = 8, 2
 	e := startEnv(t, envOptions{pollTimeout: 5 * time.Second, limits: serve.Limits{
-		ReconnectRate: rate, EnrollRate: 1000, EnrollBurst: agents,
+		ReconnectRate: rate, StartPhase: time.Minute, EnrollRate: 1000, EnrollBurst: agents,
 	}})
 	fleet := make([]*runningAgent, agents)
 	for i := range fleet {
