@@ -2,6 +2,7 @@
 # embedded SQLite store; `make test` runs every test.
 GO      ?= go
 DATA    ?= $(CURDIR)/.data
+DRIVERS ?= sim
 # A version dpkg accepts from any checkout (scripts/version.sh).
 VERSION ?= $(shell scripts/version.sh)
 LDFLAGS := -X main.version=$(VERSION)
@@ -15,7 +16,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 run: build
-	$(BIN)/einsora-hub solo --data $(DATA) --drivers sim
+	$(BIN)/einsora-hub solo --data $(DATA) --drivers $(DRIVERS)
 
 # The whole suite, race detector on. Docker tests skip without an engine
 # unless EINSORA_REQUIRE_DOCKER=1, which CI sets.

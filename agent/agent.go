@@ -86,6 +86,7 @@ type Agent struct {
 	restarts  restartBook
 	logs      *logs.Store
 	followers logFollowers
+	uploads   uploads
 	// lastPass is when the apply loop last finished a pass (Unix
 	// nanoseconds, wall clock): the watchdog's sign of life.
 	lastPass atomic.Int64
@@ -204,8 +205,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { a.inventoryLoop(ctx) })
 	wg.Go(func() { a.wakeOnChanges(ctx) })
 	wg.Wait()
-	// Log follows end with ctx; none may write after Close.
+	// Log follows and uploads end with ctx; none may write after Close.
 	a.followers.wg.Wait()
+	a.uploads.wg.Wait()
 	return nil
 }
 
@@ -248,6 +250,7 @@ func (a *Agent) Reprobe() {
 func (a *Agent) refreshInventory(ctx context.Context) {
 	inv := a.cfg.Inventory(ctx)
 	inv.Drivers = nil
+	inv.Features = slices.Clone(protocol.AgentFeatures)
 	down := map[string]error{}
 	for _, d := range a.cfg.Drivers.All() {
 		if p, ok := d.(drivers.Prober); ok {

@@ -131,6 +131,9 @@ func (a *Agent) applyLoop(ctx context.Context) {
 			// news to report.
 			wait = min(wait, 100*time.Millisecond)
 		}
+		if due := a.restarts.next(); !due.IsZero() {
+			wait = min(wait, max(due.Sub(a.clk.Now()), time.Millisecond))
+		}
 		t := a.clk.NewTimer(wait)
 		select {
 		case <-ctx.Done():

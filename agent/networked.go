@@ -91,6 +91,7 @@ func RunNetworked(ctx context.Context, cfg NetworkedConfig) error {
 		tr = cfg.Observer.Transport(tr)
 	}
 	a.SetTransport(tr)
+	a.uploads.setUploader(nw.Transport()) // beside any wrapper of the syncs
 
 	log.Info("agent running", "machine", a.MachineID(), "state", cfg.StateDir, "drivers", host.Names())
 	companions := []func(context.Context){a.NotifyService, nw.RunRenewal}

@@ -69,6 +69,22 @@ func (b *restartBook) decide(clk clock.Clock, base, limit time.Duration, dw prot
 	return restartNow, p.at
 }
 
+// next is when the earliest waiting restart is due; zero when none waits.
+// The apply loop passes by then, however long its periodic pass (30 s when
+// every driver notifies changes: a restart's backoff is no change of the
+// runtime's).
+func (b *restartBook) next() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var at time.Time
+	for _, p := range b.due {
+		if at.IsZero() || p.at.Before(at) {
+			at = p.at
+		}
+	}
+	return at
+}
+
 // wantsRestart applies the policy to an exited instance.
 func wantsRestart(r *protocol.RestartPolicy, in drivers.Instance, count int) bool {
 	if r == nil {

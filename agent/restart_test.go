@@ -142,3 +142,43 @@ func TestNoRestartPolicy(t *testing.T) {
 		t.Errorf("got %d starts, want 1", n)
 	}
 }
+
+// TestRestartDueIsKnownToTheApplyLoop: the apply loop waits no longer than
+// the earliest waiting restart (restartBook.next), so a restart happens
+// when its backoff ends even where the periodic pass is 30 s (every driver
+// notifying changes, as Docker does).
+func TestRestartDueIsKnownToTheApplyLoop(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var b restartBook
+	if !b.next().IsZero() {
+		t.Fatal("due with nothing waiting")
+	}
+	pol := &protocol.RestartPolicy{Policy: protocol.RestartAlways}
+	dw := func(id string) protocol.DesiredWorkload {
+		return protocol.DesiredWorkload{ID: id, Attempt: 1, WorkloadSpec: protocol.WorkloadSpec{Restart: pol}}
+	}
+	exited := func(id string) drivers.Instance {
+		return drivers.Instance{Workload: id, Attempt: 1, State: drivers.StateExited, ExitCode: 1}
+	}
+	start := clk.Now()
+	if d, _ := b.decide(clk, time.Second, time.Minute, dw("a"), exited("a"), true, 0); d != restartWait {
+		t.Fatalf("a: %v", d)
+	}
+	if d, _ := b.decide(clk, time.Second, time.Minute, dw("b"), exited("b"), true, 3); d != restartWait {
+		t.Fatalf("b: %v", d)
+	}
+	if got := b.next(); !got.Equal(start.Add(backoff(time.Second, time.Minute, 0))) {
+		t.Errorf("next %s, want a's due", got.Sub(start))
+	}
+	clk.Advance(backoff(time.Second, time.Minute, 0))
+	if d, _ := b.decide(clk, time.Second, time.Minute, dw("a"), exited("a"), true, 0); d != restartNow {
+		t.Fatalf("a after its backoff: %v", d)
+	}
+	if got := b.next(); !got.Equal(start.Add(backoff(time.Second, time.Minute, 3))) {
+		t.Errorf("next %s, want b's due", got.Sub(start))
+	}
+	b.decide(clk, time.Second, time.Minute, dw("b"), drivers.Instance{Workload: "b", Attempt: 1, State: drivers.StateRunning}, true, 3)
+	if !b.next().IsZero() {
+		t.Error("due after b runs again")
+	}
+}

@@ -47,8 +47,14 @@ func (a *Agent) syncLoop(ctx context.Context) {
 		cutShort := a.news
 		a.mu.Unlock()
 		cancel()
+		var logReqs []protocol.LogRequest
 		if err == nil {
+			// Log requests ride beside desired state: never saved with it.
+			logReqs, resp.Logs = resp.Logs, nil
 			err = a.accept(resp, req)
+		}
+		if err == nil && len(logReqs) > 0 {
+			a.startUploads(ctx, logReqs)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -89,7 +95,9 @@ func (a *Agent) syncLoop(ctx context.Context) {
 				continue
 			}
 			wait := bo.Next()
-			if first {
+			if msg, ok := simRefused(err); ok && first {
+				a.log.Error(msg, "wait", wait)
+			} else if first {
 				a.log.Warn("sync failed; retrying with backoff, still applying the last desired state", "err", err, "wait", wait)
 			} else {
 				a.log.Debug("sync failed again", "err", err, "attempt", bo.Attempt(), "wait", wait)

@@ -54,7 +54,7 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	data, state := t.TempDir(), t.TempDir()
 	hubProc, lines := start(t, "einsora-hub", "serve", "--data", data, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
-		"--region", "eu-1", "--poll-timeout", "3s")
+		"--region", "eu-1", "--poll-timeout", "3s", "--allow-sim")
 	var adminURL string
 	select {
 	case line := <-lines:

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -207,8 +209,25 @@ func TestSoloWorkloadLifecycle(t *testing.T) {
 	}
 	var machines []map[string]any
 	json.Unmarshal([]byte(s.must("machine", "ls", "--json")), &machines)
-	if len(machines) != 1 || machines[0]["owner"] != "local" || machines[0]["online"] != true {
+	if len(machines) != 1 || machines[0]["owner"] != "local" || machines[0]["online"] != true || machines[0]["sim"] != true {
 		t.Errorf("machine ls: %+v", machines)
+	}
+
+	// Solo serves the hub's metrics too: two placements (create, run
+	// again), and the passes and wake-ups that carried them.
+	resp, err := http.Get(s.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`einsora_hub_placements_total{outcome="placed",reason="none"} 2`, "einsora_hub_admit_pass_seconds_count", "einsora_hub_wake_latency_seconds_count"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("solo's /metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(string(body), "einsora_hub_admit_pass_seconds_count 0\n") {
+		t.Error("no controller pass was measured")
 	}
 }
 

@@ -33,7 +33,7 @@ func TestFleetPlacesByTheRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	h, err := hub.New(ctx, hub.Config{Store: st, Logger: log, Region: "eu-west", ControllerInterval: 50 * time.Millisecond})
+	h, err := hub.New(ctx, hub.Config{AllowSim: true, Store: st, Logger: log, Region: "eu-west", ControllerInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -106,7 +106,7 @@ func (p *process) waitLog(want string, d time.Duration) {
 func TestNetworkedAgentEnrolsAndRunsAWorkload(t *testing.T) {
 	data, state := t.TempDir(), t.TempDir()
 	hubProc, lines := start(t, "einsora-hub", "serve", "--data", data, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
-		"--region", "eu-1", "--poll-timeout", "3s", "--verbose")
+		"--region", "eu-1", "--poll-timeout", "3s", "--verbose", "--allow-sim")
 	var adminURL, agentURL string
 	select {
 	case line := <-lines:

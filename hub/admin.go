@@ -69,6 +69,9 @@ type WorkloadSpec struct {
 	Class  string
 	Region string
 	Image  string
+	// Spec is what it runs beyond its image; checked by Validate and its
+	// secrets sealed before anything is stored.
+	Spec protocol.WorkloadSpec
 }
 
 // CreateWorkload records a new workload, pending admission, and returns it.
@@ -96,7 +99,11 @@ func (h *Hub) CreateWorkload(ctx context.Context, spec WorkloadSpec) (store.Work
 		Region: spec.Region, Image: spec.Image, State: store.StatePending, Created: now, Since: now,
 		Reason: "waiting for the controller of region " + spec.Region + " to place it",
 	}
-	err := h.store.Update(ctx, func(tx store.Tx) error {
+	var err error
+	if w.Spec, err = h.sealSpec(w.ID, spec.Spec); err != nil {
+		return store.Workload{}, err
+	}
+	err = h.store.Update(ctx, func(tx store.Tx) error {
 		if _, err := tx.Tenant(spec.Tenant); errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("%w: no tenant %q; create it with: einsora-hub tenant create %s", ErrInvalid, spec.Tenant, spec.Tenant)
 		} else if err != nil {
@@ -115,7 +122,7 @@ func (h *Hub) CreateWorkload(ctx context.Context, spec WorkloadSpec) (store.Work
 	if err != nil {
 		return store.Workload{}, err
 	}
-	h.ctl.wakeController()
+	h.wakeControllers()
 	return w, nil
 }
 
@@ -185,7 +192,7 @@ func (h *Hub) change(ctx context.Context, id string, fn func(tx store.Tx, w *sto
 		return err
 	}
 	tell(h.backend, wakes)
-	h.ctl.wakeController()
+	h.wakeControllers()
 	return nil
 }
 

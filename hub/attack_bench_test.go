@@ -52,7 +52,7 @@ func runAttackBench(b *testing.B, phase time.Duration) {
 	}
 	defer st.Close()
 	// The real clock: reboots arrive as fast as the rate limit allows.
-	h, err := hub.New(ctx, hub.Config{Store: st, Clock: clock.Real{}, Logger: quietLog()})
+	h, err := hub.New(ctx, hub.Config{Store: st, Clock: clock.Real{}, Logger: quietLog(), AllowSim: true})
 	if err != nil {
 		b.Fatal(err)
 	}

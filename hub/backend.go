@@ -170,6 +170,7 @@ func (b *agentBackend) Capacity(tx store.Tx, classes map[string]store.Class) (Ca
 		class := classes[w.Class]
 		held[w.Machine] = append(held[w.Machine], placement.Held{
 			Workload: w.ID, Driver: w.Driver, Kind: w.Kind, Image: w.Image, CPUs: class.CPUs, MemoryMB: class.MemoryMB, Devices: w.Devices,
+			Ports: w.Spec.Ports,
 		})
 	}
 	pms := make([]placement.Machine, 0, len(ms))
@@ -185,6 +186,7 @@ func (b *agentBackend) Capacity(tx store.Tx, classes map[string]store.Class) (Ca
 			Engine:    placement.EngineOf(*m.Inventory),
 			Drivers:   m.Inventory.Drivers,
 			Withdrawn: m.Inventory.Withdrawn,
+			Features:  m.Inventory.Features,
 			Holding:   held[m.ID],
 		})
 	}

@@ -22,7 +22,7 @@ func benchHub(b *testing.B, workloads int) (*Hub, *protocol.SyncResponse) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
-	h, err := New(context.Background(), Config{Store: st, Clock: clock.Real{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := New(context.Background(), Config{AllowSim: true, Store: st, Clock: clock.Real{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
 	}

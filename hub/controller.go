@@ -107,6 +107,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 }
 
 func (c *Controller) pass(ctx context.Context) error {
+	defer c.timePass(c.clk.Now())
 	return errors.Join(c.observe(ctx), c.admit(ctx), c.sweep(ctx))
 }
 

@@ -64,10 +64,12 @@ func (h *Hub) computeDesired(tx store.Tx, m store.Machine) (*protocol.SyncRespon
 		// A class's size is read at each generation: editing a class
 		// reaches placed workloads at their machine's next change.
 		c := classes[w.Class]
+		spec, mode := h.openSpec(w, mode)
 		resp.Workloads = append(resp.Workloads, protocol.DesiredWorkload{
 			ID: w.ID, Attempt: w.Attempt, Mode: mode, Kind: w.Kind, Driver: w.Driver,
 			Isolation: h.drivers[w.Driver].Isolation, Image: w.Image,
-			Resources: protocol.Resources{CPUs: c.CPUs, MemoryMB: c.MemoryMB, Devices: w.Devices},
+			Resources:    protocol.Resources{CPUs: c.CPUs, MemoryMB: c.MemoryMB, Devices: w.Devices},
+			WorkloadSpec: spec,
 		})
 	}
 	cached := *resp

@@ -36,7 +36,7 @@ func newEnrolHub(t *testing.T) (*testHub, *ca.CA) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	h, err := New(context.Background(), Config{Store: st, Clock: clk, CA: authority, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := New(context.Background(), Config{AllowSim: true, Store: st, Clock: clk, CA: authority, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

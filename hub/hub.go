@@ -39,13 +39,26 @@ type Config struct {
 	// progress before it fails.
 	ProvisioningTimeout time.Duration
 	// Region is the region whose controller this hub may be; "" is "local".
+	// With Regions, it is the primary region (the one Leadership
+	// reports): the first of Regions other than "*".
 	Region string
+	// Regions are the regions this hub may lead, each with its own
+	// controller and lease (regions.go); AllRegions ("*") adds every
+	// region that has a machine or a token. Empty means Region alone.
+	Regions []string
 	// HolderID names this hub process in the region's lease; "" makes one.
 	HolderID string
 	// LeaseTTL is how long a lease lasts unless renewed.
 	LeaseTTL time.Duration
 	// Drivers is the hub's driver table; nil means placement.DefaultDrivers.
 	Drivers []placement.Driver
+	// Metrics records wake latency, controller passes and placements;
+	// nil records nothing.
+	Metrics Metrics
+	// AllowSim lets machines that offer the sim driver, which runs
+	// nothing, sync; without it their syncs are refused (ErrSimRefused).
+	// Development hubs (solo, tests) set it.
+	AllowSim bool
 	// CA signs machines' certificates at enrolment and renewal; nil for a
 	// hub that enrols none (solo).
 	CA *ca.CA
@@ -54,6 +67,9 @@ type Config struct {
 	// workload is kept (retention.go).
 	TimelineMax       int
 	TimelineRetention time.Duration
+	// SecretKey (32 bytes, LoadOrCreateSecretKey) seals workloads' secret
+	// environment in the store; nil refuses secrets.
+	SecretKey []byte
 }
 
 // Defaults from ADR-0016 and the issues that refine it.
@@ -87,8 +103,17 @@ type Hub struct {
 
 	// backend runs what the controller places: this hub's agents.
 	backend Backend
-	// ctl is the region's controller, run by Run.
-	ctl *Controller
+	// ctl is the primary region's controller; ctls holds every region's,
+	// ctl among them, run by Run.
+	ctl  *Controller
+	ctls controllers
+	// allRegions: this hub leads every region with a machine or token.
+	allRegions bool
+
+	// secrets seals and opens secret environment (hub/secrets.go).
+	secrets *sealer
+	// logs relays workload output from uploads to readers (hub/logs.go).
+	logs logRelay
 
 	// desired caches each machine's desired state under its generation
 	// (machine ID → *protocol.SyncResponse), read without a global lock.
@@ -132,6 +157,13 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 		cfg.TimelineRetention = DefaultTimelineRetention
 	}
 	if cfg.Region == "" {
+		for _, r := range cfg.Regions {
+			if r != AllRegions && cfg.Region == "" {
+				cfg.Region = r
+			}
+		}
+	}
+	if cfg.Region == "" {
 		cfg.Region = "local"
 	}
 	if cfg.HolderID == "" {
@@ -143,7 +175,15 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 	if cfg.Drivers == nil {
 		cfg.Drivers = placement.DefaultDrivers
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
+	secrets, err := newSealer(cfg.SecretKey)
+	if err != nil {
+		return nil, err
+	}
 	h := &Hub{
+		secrets: secrets,
 		store:   cfg.Store,
 		clk:     cfg.Clock,
 		log:     cfg.Logger.With("component", "hub"),
@@ -156,8 +196,17 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 		clk: cfg.Clock, offlineAfter: cfg.OfflineAfter, failAfter: cfg.OfflineFailAfter,
 		started: h.started, connected: h.polls.connected,
 	}
-	h.backend = &agentBackend{region: cfg.Region, log: h.log, presence: h.presence, wake: h.wakeAll}
-	h.ctl = newController(cfg, h.log, h.started, h.presence, h.backend)
+	h.ctls.byName = map[string]*Controller{}
+	h.addRegion(cfg.Region)
+	for _, r := range cfg.Regions {
+		if r == AllRegions {
+			h.allRegions = true
+		} else if r != "" && !h.addRegion(r) {
+			return nil, fmt.Errorf("hub: more than %d regions", MaxRegions)
+		}
+	}
+	h.ctl = h.ctls.byName[cfg.Region]
+	h.backend = h.ctl.backend
 	if err := h.seedClasses(ctx); err != nil {
 		return nil, err
 	}
@@ -192,13 +241,14 @@ func (h *Hub) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { h.listenReplicas(ctx, &wg) })
-	return h.ctl.Run(ctx)
+	return h.runControllers(ctx)
 }
 
-// Pass takes or renews the region's lease and, if it leads, runs one
-// controller pass. Tests call it directly instead of Run.
-func (h *Hub) Pass(ctx context.Context) error { return h.ctl.Pass(ctx) }
+// Pass takes or renews each region's lease and runs one controller pass
+// in those it leads (ErrNotLeader when none). Tests call it directly
+// instead of Run.
+func (h *Hub) Pass(ctx context.Context) error { return h.passAll(ctx) }
 
-// Leadership reports whether this hub leads its region now, and a channel
-// closed at the next change.
+// Leadership reports whether this hub leads its primary region now, and a
+// channel closed at the next change (LeadingRegions tells of every region).
 func (h *Hub) Leadership() (leading bool, changed <-chan struct{}) { return h.ctl.Leadership() }

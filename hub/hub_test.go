@@ -46,7 +46,7 @@ func openTestHubAs(t *testing.T, path string, clk *clock.Fake, holder string) *t
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	h, err := New(context.Background(), Config{Store: st, Clock: clk, HolderID: holder, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := New(context.Background(), Config{AllowSim: true, Store: st, Clock: clk, HolderID: holder, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func openTestHubAs(t *testing.T, path string, clk *clock.Fake, holder string) *t
 }
 
 func testInventory() *protocol.Inventory {
-	return &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 8, MemoryMB: 32768, Drivers: []string{"sim"}}
+	return &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 8, MemoryMB: 32768, Drivers: []string{"sim"}, Features: protocol.AgentFeatures}
 }
 
 // machine registers a machine of tenant local in region local and sends

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/hub/trust"
@@ -34,10 +35,29 @@ func (h *Hub) RegisterMachine(ctx context.Context, id, name, owner, region strin
 // MachineView is a machine with what the hub derives about it.
 type MachineView struct {
 	store.Machine
+	// Online is false for a revoked machine (views.go).
 	Online bool
 	// Certificates are those the hub issued to it, oldest first; only
 	// Machine fills them.
 	Certificates []store.Certificate
+	// OfflineSince is when an offline machine went silent; zero while
+	// it is online.
+	OfflineSince time.Time
+	// Sim is set when the machine's inventory offers the sim driver,
+	// which runs nothing.
+	Sim bool
+}
+
+// State is the machine's state as the dashboard and the metrics name it:
+// revoked, whatever else, then online or offline.
+func (v MachineView) State() string {
+	switch {
+	case v.Revoked:
+		return "revoked"
+	case v.Online:
+		return "online"
+	}
+	return "offline"
 }
 
 // Machines returns every machine.
@@ -46,7 +66,7 @@ func (h *Hub) Machines(ctx context.Context) ([]MachineView, error) {
 	err := h.store.View(ctx, func(tx store.Tx) (err error) { ms, err = tx.Machines(); return err })
 	out := make([]MachineView, len(ms))
 	for i, m := range ms {
-		out[i] = MachineView{Machine: m, Online: h.presence.online(m)}
+		out[i] = h.view(m)
 	}
 	return out, err
 }
@@ -62,7 +82,12 @@ func (h *Hub) Machine(ctx context.Context, id string) (MachineView, error) {
 		cs, err = tx.Certificates(id)
 		return err
 	})
-	return MachineView{Machine: m, Online: err == nil && h.presence.online(m), Certificates: cs}, err
+	if err != nil {
+		return MachineView{Machine: m}, err
+	}
+	v := h.view(m)
+	v.Certificates = cs
+	return v, nil
 }
 
 // RemoveMachine forgets a machine, so its ID may enrol again (for another
@@ -100,7 +125,7 @@ func (h *Hub) RevokeMachine(ctx context.Context, id string) error {
 		if m.Revoked {
 			return nil
 		}
-		m.Revoked = true
+		m.Revoked, m.RevokedAt = true, h.clk.Now()
 		return tx.PutMachine(m)
 	})
 	if err != nil {
@@ -108,7 +133,7 @@ func (h *Hub) RevokeMachine(ctx context.Context, id string) error {
 	}
 	h.log.Warn("machine revoked", "machine", id)
 	h.Wake(id)
-	h.ctl.wakeController()
+	h.wakeControllers()
 	return nil
 }
 
@@ -136,7 +161,7 @@ func (h *Hub) MachinesAfter(ctx context.Context, after string, limit int) ([]Mac
 	err := h.store.View(ctx, func(tx store.Tx) (err error) { ms, err = tx.MachinesAfter(after, limit); return err })
 	out := make([]MachineView, len(ms))
 	for i, m := range ms {
-		out[i] = MachineView{Machine: m, Online: h.presence.online(m)}
+		out[i] = h.view(m)
 	}
 	return out, err
 }

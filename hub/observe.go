@@ -55,6 +55,9 @@ func (c *Controller) observeMachine(tx store.Tx, machineID string, wakes *change
 		if !ok || !answers(w, s.Status) {
 			continue
 		}
+		if err := noteRestarts(tx, c, &w, s.Status); err != nil {
+			return fmt.Errorf("workload %s: %w", w.ID, err)
+		}
 		if err := c.apply(tx, &w, s, wakes); err != nil {
 			return fmt.Errorf("workload %s: %w", w.ID, err)
 		}

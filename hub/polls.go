@@ -43,6 +43,9 @@ type poll struct {
 	wake chan struct{}
 	// superseded is set, under polls.mu, when a newer poll replaced this one.
 	superseded bool
+	// committed is when the change that woke it was committed, set
+	// under polls.mu; zero when woken for no one change (wakeEvery).
+	committed time.Time
 }
 
 // wait registers a poll of machineID, replacing the one waiting, and
@@ -71,11 +74,20 @@ func (p *polls) isSuperseded(w *poll) bool {
 	return w.superseded
 }
 
-// wake answers the poll waiting for machineID.
-func (p *polls) wake(machineID string) {
+// committedAt is when the change that woke w was committed.
+func (p *polls) committedAt(w *poll) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return w.committed
+}
+
+// wake answers the poll waiting for machineID, for a change committed at
+// committed.
+func (p *polls) wake(machineID string, committed time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if w := p.waiting[machineID]; w != nil {
+		w.committed = committed
 		close(w.wake)
 		delete(p.waiting, machineID)
 	}
@@ -101,7 +113,7 @@ func (p *polls) connected(machineID string) bool {
 
 // Wake answers machineID's waiting long poll at once, so its agent fetches
 // its desired state. It is all that Backend.Run, Park and Delete do.
-func (h *Hub) Wake(machineID string) { h.polls.wake(machineID) }
+func (h *Hub) Wake(machineID string) { h.polls.wake(machineID, h.clk.Now()) }
 
 // WaitingPolls is how many long polls are holding now, their work done.
 // Load shedding counts requests in flight less these, which cost nothing

@@ -51,13 +51,15 @@ func (h *Hub) listenReplicas(ctx context.Context, wg *sync.WaitGroup) {
 			h.polls.wakeEvery()
 			// Off the listener's goroutine: it reads the store.
 			wg.Go(func() {
-				h.ctl.markAllDirty(ctx)
-				h.ctl.wakeController()
+				h.markAllDirty(ctx)
+				h.wakeControllers()
 			})
 		case strings.HasPrefix(payload, observePrefix):
-			h.ctl.markDirty(strings.TrimPrefix(payload, observePrefix))
+			h.markDirty(strings.TrimPrefix(payload, observePrefix))
 		default:
-			h.polls.wake(payload)
+			// The other replica's commit time is not known here, so
+			// this wake-up is left out of wake latency.
+			h.polls.wake(payload, time.Time{})
 		}
 	})
 	if err != nil && ctx.Err() == nil {

@@ -49,7 +49,7 @@ func TestRunWaitsForEveryGoroutineItStarted(t *testing.T) {
 	}
 	t.Cleanup(func() { sq.Close() })
 	st := &listeningStore{Store: sq, listening: make(chan struct{})}
-	h, err := New(context.Background(), Config{Store: st, Clock: clock.NewFake(epoch), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := New(context.Background(), Config{AllowSim: true, Store: st, Clock: clock.NewFake(epoch), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

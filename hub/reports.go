@@ -93,7 +93,7 @@ func (h *Hub) commitReports(batch []*report) {
 		for _, p := range batch {
 			p.gen, p.news, p.err = 0, false, nil
 			if err := h.recordOne(tx, p, now); err != nil {
-				if errors.Is(err, ErrUnknownMachine) || errors.Is(err, ErrRevoked) {
+				if errors.Is(err, ErrUnknownMachine) || errors.Is(err, ErrRevoked) || errors.Is(err, ErrSimRefused) {
 					p.err = err
 					continue
 				}
@@ -129,6 +129,9 @@ func (h *Hub) recordOne(tx store.Tx, p *report, now time.Time) error {
 	}
 	if m.Revoked {
 		return fmt.Errorf("sync %s: %w", p.machineID, ErrRevoked)
+	}
+	if err := h.refuseSim(m, p.req.Inventory); err != nil {
+		return err
 	}
 	p.gen = m.Generation
 	p.news = h.presence.returning(m, now)

@@ -36,10 +36,11 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 		return nil, err
 	}
 	if news {
-		h.ctl.markDirty(machineID)
+		h.markDirty(machineID)
 		h.notifyReplicas(ctx, observePrefix+machineID)
 	}
-	if req.StoreID == h.store.ID() && req.Generation == gen {
+	woken := false
+	if req.StoreID == h.store.ID() && req.Generation == gen && !h.logs.pending(machineID) {
 		t := h.clk.NewTimer(holdFor(h.cfg.PollTimeout, nil))
 		h.polls.held.Add(1)
 		select {
@@ -49,6 +50,7 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 			if h.polls.isSuperseded(w) {
 				return nil, fmt.Errorf("sync %s: %w", machineID, ErrSuperseded)
 			}
+			woken = true
 		case <-t.C():
 			h.polls.held.Add(-1)
 			return &protocol.SyncResponse{StoreID: h.store.ID(), Generation: gen, Unchanged: true, HubTime: h.clk.Now()}, nil
@@ -58,7 +60,14 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 			return nil, ctx.Err()
 		}
 	}
-	return h.Desired(ctx, machineID)
+	resp, err := h.Desired(ctx, machineID)
+	if woken && err == nil {
+		h.wakeLatency(w)
+	}
+	if err == nil {
+		resp.Logs = h.logs.take(machineID)
+	}
+	return resp, err
 }
 
 var codePattern = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)

@@ -30,6 +30,10 @@ type Inventory struct {
 	// refused a guest below its limit of two (its counter is known to
 	// stick). The hub places no more limited workloads with them.
 	Withdrawn []string `json:"withdrawn,omitempty"`
+	// Features lists what this agent understands beyond protocol Version
+	// (AgentFeatures); a hub places work needing a feature only on
+	// machines whose agent reports it.
+	Features []string `json:"features,omitempty"`
 	// Notes say what could not be probed; a partial inventory is reported
 	// rather than none.
 	Notes []string `json:"notes,omitempty"`
@@ -84,3 +88,13 @@ const (
 	EngineDockerDesktop = "docker-desktop"
 	EnginePodman        = "podman"
 )
+
+// Agent features.
+const (
+	// FeatureSpec: the agent runs DesiredWorkload's WorkloadSpec. An
+	// older agent would ignore the fields and run the bare image.
+	FeatureSpec = "spec"
+)
+
+// AgentFeatures are the features this agent reports.
+var AgentFeatures = []string{FeatureSpec}

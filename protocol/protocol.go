@@ -135,6 +135,10 @@ type SyncResponse struct {
 	// Workloads is the complete desired state: every workload placed on
 	// the machine, with its mode.
 	Workloads []DesiredWorkload `json:"workloads"`
+	// Logs asks the agent to upload workloads' output, each over its own
+	// POST to LogsPath; it rides beside desired state, not inside it, and
+	// an agent starts each token once.
+	Logs []LogRequest `json:"logs,omitempty"`
 	// Reconnect, when set, directs the agent to redial at once, to URL if
 	// it is not empty (a draining hub).
 	Reconnect *Reconnect `json:"reconnect,omitempty"`

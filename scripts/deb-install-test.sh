@@ -95,8 +95,12 @@ waitfor 60 "einsora-hub active" active einsora-hub
 [ "$(inc stat -c %U /var/lib/einsora-hub/hub.db)" = einsora-hub ] || fail "the hub's store is not its user's"
 inc systemctl is-enabled einsora-agent >/dev/null || fail "einsora-agent is not enabled"
 active einsora-agent && fail "einsora-agent started before it was enrolled"
-# The admin's flags go in the conffile; the sim driver needs no runtime.
+# The admin's flags go in the conffiles; the sim driver needs no runtime,
+# and a hub takes machines offering it only with --allow-sim.
 inc sed -i 's/^EINSORA_AGENT_ARGS=.*/EINSORA_AGENT_ARGS="--drivers sim"/' /etc/default/einsora-agent
+inc sed -i 's/^EINSORA_HUB_ARGS="\(.*\)"/EINSORA_HUB_ARGS="\1 --allow-sim"/' /etc/default/einsora-hub
+inc systemctl restart einsora-hub || fail "einsora-hub does not restart with --allow-sim"
+waitfor 60 "einsora-hub active" active einsora-hub
 hub tenant create acme >/dev/null
 token=$(hub token create --owner acme --region local 2>/dev/null) || fail "token create"
 inc einsora-agent enroll --hub https://127.0.0.1:8443 --token "$token" >/dev/null || fail "enroll"

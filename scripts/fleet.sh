@@ -20,7 +20,7 @@ make -s build
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait' EXIT INT TERM
 
-bin/einsora-hub serve --data "$dir/hub" --listen "127.0.0.1:$port" --admin "$admin" --region "$region" \
+bin/einsora-hub serve --data "$dir/hub" --listen "127.0.0.1:$port" --admin "$admin" --region "$region" --allow-sim \
 	>"$dir/hub.log" 2>&1 &
 pids+=($!)
 hub() { bin/einsora-hub --hub "http://$admin" --data "$dir/hub" "$@"; }

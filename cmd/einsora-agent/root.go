@@ -44,6 +44,7 @@ func versionCmd() *cobra.Command {
 
 func runCmd() *cobra.Command {
 	var stateDir, driverList, inventoryFile, configFile, dockerHost, metricsAddr string
+	var format cli.LogFormat
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the agent daemon",
@@ -53,7 +54,7 @@ func runCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: set.level}))
+			log := format.Logger(cmd.ErrOrStderr(), set.level)
 			ep := dockerhost.Resolve(dockerhost.FromOS(set.dockerHost))
 			log.Info("docker endpoint", "host", ep.Host, "why", ep.Why)
 			probe, err := inventorySource(inventoryFile, set.drivers, inventoryOptions(ep), log)
@@ -84,6 +85,7 @@ func runCmd() *cobra.Command {
 	cmd.Flags().StringVar(&configFile, "config", "", "JSON file with state_dir, drivers, log_level, driver_timeout, docker_host; flags win over it")
 	addDockerHostFlag(cmd, &dockerHost)
 	cmd.Flags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics, on loopback only (e.g. 127.0.0.1:9464); off by default")
+	cmd.Flags().Var(&format, "log-format", "log as text or json (one object a line)")
 	cmd.Flags().StringVar(&inventoryFile, "inventory-file", "", "development only, with --drivers sim: report this file's inventory (JSON) instead of probing")
 	return cmd
 }

@@ -20,6 +20,7 @@ import (
 func serveCmd() *cobra.Command {
 	var opts serve.Options
 	var verbose bool
+	var format cli.LogFormat
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a networked hub: agents enrol and sync over HTTPS with mutual TLS",
@@ -29,7 +30,7 @@ authority in --data. SIGINT or SIGTERM drains: waiting agents are told to reconn
 --drain-to, if set) before the hub exits.`,
 		Args: cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts.Logger = newLogger(verbose)
+			opts.Logger = newLogger(cmd.ErrOrStderr(), format, verbose)
 			opts.Version = version
 			opts.Ready = func(adminURL, agentURL string) {
 				fmt.Fprintf(cmd.OutOrStdout(), "einsora-hub serve: admin API on %s, agents connect to %s, data in %s\n", adminURL, agentURL, opts.DataDir)
@@ -49,12 +50,14 @@ authority in --data. SIGINT or SIGTERM drains: waiting agents are told to reconn
 	f.StringVar(&opts.AdminTLSCert, "admin-tls-cert", "", "PEM certificate (chain) the admin API serves HTTPS with; needs --admin-tls-key")
 	f.StringVar(&opts.AdminTLSKey, "admin-tls-key", "", "PEM private key of --admin-tls-cert")
 	f.BoolVar(&opts.AdminInsecure, "admin-insecure", false, "let the admin API serve plain HTTP beyond loopback, the admin token crossing the network in cleartext")
-	f.StringVar(&opts.Region, "region", "local", "region this hub's controller places workloads in")
+	f.StringArrayVar(&opts.Regions, "region", []string{"local"}, "region this hub leads, placing its workloads (repeatable; '*' leads every region that has a machine or a token); each has its own lease, so replicas can split regions")
+	f.BoolVar(&opts.Hub.AllowSim, "allow-sim", false, "accept machines that offer the sim driver, which runs nothing (development and tests)")
 	f.StringArrayVar(&opts.Names, "name", nil, "a host name or address agents use to reach the hub (repeatable); the server certificate holds it")
 	f.StringVar(&opts.DrainTo, "drain-to", "", "on shutdown, send waiting agents to this hub URL (https://HOST:PORT) instead of back here")
 	f.DurationVar(&opts.Hub.PollTimeout, "poll-timeout", 0, "how long a sync is held when nothing changed (default 25s)")
 	f.DurationVar(&opts.ClientCertLifetime, "cert-lifetime", 0, "how long machines' certificates are valid (default 720h); agents renew at about 70%")
 	f.BoolVar(&verbose, "verbose", false, "log debug messages")
+	f.Var(&format, "log-format", "log as text or json (one object a line)")
 	limitFlags(f, &opts.Limits)
 	return cmd
 }
@@ -113,6 +116,7 @@ func tokenCmd(g *globals) *cobra.Command {
 			return orJSON(create, t, err)
 		}
 		fmt.Fprintln(create.OutOrStdout(), t.Token)
+		warn(create, t.Warning)
 		fmt.Fprintf(create.ErrOrStderr(), "single-use token for owner %s in region %s, valid until %s; on the machine run: einsora-agent enroll --hub https://HUB:8443 --token TOKEN\n",
 			t.Owner, t.Region, t.Expires.Local().Format(time.RFC3339))
 		return nil

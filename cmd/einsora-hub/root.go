@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -57,12 +58,13 @@ func versionCmd() *cobra.Command {
 func soloCmd() *cobra.Command {
 	var opts solo.Options
 	var verbose bool
+	var format cli.LogFormat
 	cmd := &cobra.Command{
 		Use:   "solo",
 		Short: "Run the hub and an agent for this machine in one process (owner local, region local)",
 		Args:  cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts.Logger = newLogger(verbose)
+			opts.Logger = newLogger(cmd.ErrOrStderr(), format, verbose)
 			opts.Version = version
 			opts.Ready = func(url string) {
 				fmt.Fprintf(cmd.OutOrStdout(), "einsora-hub solo: admin API on %s, data in %s\n", url, opts.DataDir)
@@ -78,17 +80,17 @@ func soloCmd() *cobra.Command {
 	cmd.Flags().StringVar(&opts.Drivers, "drivers", "auto", "drivers the in-process agent offers: sim, docker, docker-sandbox, macos-native, or auto (every real runtime that answers; never sim)")
 	cmd.Flags().DurationVar(&opts.Hub.PollTimeout, "poll-timeout", 0, "how long a sync is held when nothing changed (default 25s)")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "log debug messages")
+	cmd.Flags().Var(&format, "log-format", "log as text or json (one object a line)")
 	return cmd
 }
 
-// newLogger logs structured text to stderr, debug messages too when
-// verbose.
-func newLogger(verbose bool) *slog.Logger {
+// newLogger logs to w in format, debug messages too when verbose.
+func newLogger(w io.Writer, format cli.LogFormat, verbose bool) *slog.Logger {
 	level := slog.LevelInfo
 	if verbose {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return format.Logger(w, level)
 }
 
 type globals struct {
@@ -214,10 +216,10 @@ func machineCmd(g *globals) *cobra.Command {
 			if m.LastSync != nil {
 				last = m.LastSync.Format(time.RFC3339)
 			}
-			rows[i] = []string{m.ID, m.Name, m.Owner, m.Region, fmt.Sprint(m.Online), last,
-				fmt.Sprintf("%d/%d", m.AppliedGeneration, m.DesiredGeneration), agentColumn(m.AgentVersion, version)}
+			rows[i] = []string{m.ID, m.Name, m.Owner, m.Region, machineState(m), last,
+				fmt.Sprintf("%d/%d", m.AppliedGeneration, m.DesiredGeneration), agentColumn(m.AgentVersion, version), simMark(m), certExpiry(m)}
 		}
-		table(ls, "ID\tNAME\tOWNER\tREGION\tONLINE\tLAST_SYNC\tAPPLIED/DESIRED\tAGENT", rows)
+		table(ls, "ID\tNAME\tOWNER\tREGION\tSTATE\tLAST_SYNC\tAPPLIED/DESIRED\tAGENT\tSIM\tCERT_EXPIRES", rows)
 		return nil
 	})
 	show := &cobra.Command{Use: "show ID", Short: "Show a machine, its inventory and drivers", Args: cli.Args(cobra.ExactArgs(1))}
@@ -230,7 +232,13 @@ func machineCmd(g *globals) *cobra.Command {
 			}
 			plain(&m)
 			out := show.OutOrStdout()
-			fmt.Fprintf(out, "id:          %s\nname:        %s\nowner:       %s\nregion:      %s\nonline:      %v\n", m.ID, m.Name, m.Owner, m.Region, m.Online)
+			fmt.Fprintf(out, "id:          %s\nname:        %s\nowner:       %s\nregion:      %s\nstate:       %s\n", m.ID, m.Name, m.Owner, m.Region, machineState(m))
+			if m.RevokedAt != nil {
+				fmt.Fprintf(out, "revoked_at:  %s\n", m.RevokedAt.Format(time.RFC3339))
+			}
+			if m.Sim {
+				fmt.Fprintf(out, "sim:         true (the sim driver runs nothing)\n")
+			}
 			fmt.Fprintf(out, "generation:  applied %d of %d\nagent:       %s\nplatform:    %s/%s\ndrivers:     %s\n",
 				m.AppliedGeneration, m.DesiredGeneration, m.AgentVersion, m.OS, m.Arch, strings.Join(m.Drivers, ", "))
 			if m.Inventory != nil {
@@ -261,15 +269,23 @@ func workloadCmd(g *globals) *cobra.Command {
 	for _, f := range []string{"tenant", "name", "kind", "class", "region"} {
 		create.MarkFlagRequired(f)
 	}
+	var sf specFlags
+	sf.add(create)
 	create.RunE = run(g, func(ctx context.Context, c *adminapi.Client) error {
 		if !protocol.Kind(cw.Kind).Valid() {
 			return cli.Usagef("unknown kind %q: want container, vm, notebook or endpoint", cw.Kind)
 		}
+		spec, err := sf.spec()
+		if err != nil {
+			return err
+		}
+		cw.WorkloadSpec = spec
 		w, err := c.CreateWorkload(ctx, cw)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(create.OutOrStdout(), w.ID)
+		warn(create, w.Warning)
 		return nil
 	})
 
@@ -283,7 +299,7 @@ func workloadCmd(g *globals) *cobra.Command {
 		plain(ws)
 		rows := make([][]string, len(ws))
 		for i, w := range ws {
-			rows[i] = []string{w.ID, w.Name, w.Tenant, w.Kind, w.Class, w.State, w.Machine, w.Driver, fmt.Sprint(w.Attempt)}
+			rows[i] = []string{w.ID, w.Name, w.Tenant, w.Kind, w.Class, workloadState(w), w.Machine, w.Driver, fmt.Sprint(w.Attempt)}
 		}
 		table(ls, "ID\tNAME\tTENANT\tKIND\tCLASS\tSTATE\tMACHINE\tDRIVER\tATTEMPT", rows)
 		return nil
@@ -299,7 +315,8 @@ func workloadCmd(g *globals) *cobra.Command {
 			}
 			plain(&w)
 			fmt.Fprintf(show.OutOrStdout(), "id:       %s\nname:     %s\ntenant:   %s\nkind:     %s\nclass:    %s\nregion:   %s\nimage:    %s\nstate:    %s\nmachine:  %s\ndriver:   %s\nattempt:  %d\nreason:   %s\n",
-				w.ID, w.Name, w.Tenant, w.Kind, w.Class, w.Region, w.Image, w.State, w.Machine, w.Driver, w.Attempt, w.Reason)
+				w.ID, w.Name, w.Tenant, w.Kind, w.Class, w.Region, w.Image, workloadState(w), w.Machine, w.Driver, w.Attempt, w.Reason)
+			printSpec(show.OutOrStdout(), w)
 			return nil
 		})(cmd, args)
 	}
@@ -346,7 +363,7 @@ func workloadCmd(g *globals) *cobra.Command {
 		return waitState(cmd, c, args[0], state, timeout)
 	}
 
-	cmd.AddCommand(create, ls, show, tl, wait)
+	cmd.AddCommand(create, ls, show, tl, wait, logsCmd(g))
 	return cmd
 }
 

@@ -26,11 +26,19 @@ type Class struct {
 
 // Machine is a machine and its health.
 type Machine struct {
-	ID                string              `json:"id"`
-	Name              string              `json:"name"`
-	Owner             string              `json:"owner"`
-	Region            string              `json:"region"`
-	Online            bool                `json:"online"`
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Owner  string `json:"owner"`
+	Region string `json:"region"`
+	// Online is never true for a revoked machine.
+	Online bool `json:"online"`
+	// OfflineSince is when an offline machine went silent.
+	OfflineSince *time.Time `json:"offline_since,omitempty"`
+	Revoked      bool       `json:"revoked"`
+	RevokedAt    *time.Time `json:"revoked_at,omitempty"`
+	// Sim is true when the machine offers the sim driver, which runs
+	// nothing.
+	Sim               bool                `json:"sim"`
 	LastSync          *time.Time          `json:"last_sync"`
 	DesiredGeneration int64               `json:"desired_generation"`
 	AppliedGeneration int64               `json:"applied_generation"`
@@ -39,7 +47,7 @@ type Machine struct {
 	Arch              string              `json:"arch,omitempty"`
 	Inventory         *protocol.Inventory `json:"inventory,omitempty"`
 	Drivers           []string            `json:"drivers,omitempty"`
-	CertExpires       *time.Time          `json:"cert_expires,omitempty"`
+	CertExpires       *time.Time          `json:"cert_expires"`
 	Certificates      []Certificate       `json:"certificates,omitempty"`
 }
 
@@ -59,6 +67,16 @@ type Workload struct {
 	Reason  string    `json:"reason"`
 	Created time.Time `json:"created"`
 	Since   time.Time `json:"since"`
+	// UnknownSince is set when the workload's machine is offline or
+	// revoked: State is then only what the machine last reported, and
+	// what it does now is unknown since this time.
+	UnknownSince *time.Time `json:"unknown_since,omitempty"`
+	// Warning, on creation only, is set when no hub leads Region now:
+	// the workload stays pending until one does.
+	Warning string `json:"warning,omitempty"`
+	// The spec's fields (command, env, secret_env, ports, workdir,
+	// volumes, restart) sit here, secret values always "(secret)".
+	protocol.WorkloadSpec
 }
 
 // TimelineEntry is one line of a workload's history.
@@ -80,6 +98,9 @@ type CreateWorkload struct {
 	Class  string `json:"class"`
 	Region string `json:"region"`
 	Image  string `json:"image,omitempty"`
+	// The spec's fields, as on the agents' wire; secret_env values are
+	// sealed in the store and never shown again.
+	protocol.WorkloadSpec
 }
 
 // Error is the body of every error answer.

@@ -22,6 +22,9 @@ type Token struct {
 	Owner   string    `json:"owner"`
 	Region  string    `json:"region"`
 	Expires time.Time `json:"expires"`
+	// Warning is set when no hub leads Region now: a machine enrolled
+	// with the token would get no work.
+	Warning string `json:"warning,omitempty"`
 }
 
 // CreateToken asks for a single-use enrolment token fixing owner and region.

@@ -75,7 +75,9 @@ func NewEnrolling(t testing.TB, st store.Store) *Hub {
 
 func newHub(t testing.TB, st store.Store, cfg hub.Config, clk *clock.Fake) *Hub {
 	t.Helper()
-	cfg.Store, cfg.Clock = st, clk
+	// The attacking and the honest machines offer sim: what they run is
+	// beside the point here.
+	cfg.Store, cfg.Clock, cfg.AllowSim = st, clk, true
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

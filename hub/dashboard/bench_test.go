@@ -47,7 +47,7 @@ func benchDashboard(b *testing.B, n int) (*Dashboard, *hub.Hub, *http.Cookie) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h, err := hub.New(ctx, hub.Config{Store: st, Clock: clock.Real{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := hub.New(ctx, hub.Config{AllowSim: true, Store: st, Clock: clock.Real{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -50,6 +50,8 @@ type Hub interface {
 	CreateEnrollToken(ctx context.Context, owner, region string, ttl time.Duration) (protocol.Token, time.Time, error)
 	EnrollTokens(ctx context.Context, limit int) ([]store.Token, error)
 	RevokeMachine(ctx context.Context, id string) error
+	// UnledWarning is one line when no hub leads region now, else "".
+	UnledWarning(ctx context.Context, region string) string
 }
 
 // Config configures a Dashboard.

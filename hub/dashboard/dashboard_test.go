@@ -98,6 +98,14 @@ func (f *fakeHub) CreateEnrollToken(_ context.Context, owner, region string, ttl
 	return protocol.Token{Secret: [32]byte{1}}, time.Unix(0, 0).Add(ttl), nil
 }
 
+// UnledWarning: the fake's hubs lead every region but "us".
+func (f *fakeHub) UnledWarning(_ context.Context, region string) string {
+	if region == "us" {
+		return "no hub leads region us now"
+	}
+	return ""
+}
+
 func (f *fakeHub) RevokeMachine(_ context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -264,6 +272,10 @@ func TestWorkloadsFilter(t *testing.T) {
 	if !strings.Contains(body, `data-workload="w1"`) || strings.Contains(body, `data-workload="w2"`) || strings.Contains(body, `data-workload="w3"`) {
 		t.Errorf("filter tenant=acme state=running: %s", body)
 	}
+	// w2 waits in us, which no hub leads: the page says so, once.
+	if n := strings.Count(body, "no hub leads region us now"); n != 1 {
+		t.Errorf("the workloads page warns %d times of region us, want 1", n)
+	}
 }
 
 func TestTokenPageShowsTheEnrolCommand(t *testing.T) {
@@ -277,6 +289,12 @@ func TestTokenPageShowsTheEnrolCommand(t *testing.T) {
 	want := "einsora-agent enroll --hub https://hub.example:8443 --token " + protocol.Token{Secret: [32]byte{1}}.String()
 	if code != http.StatusOK || !strings.Contains(body, want) {
 		t.Errorf("create token: %d; want the command %q in the page", code, want)
+	}
+	if strings.Contains(body, "no hub leads") {
+		t.Error("a token for a led region warns")
+	}
+	if _, body := post(t, c, srv.URL+Prefix+"tokens", url.Values{"csrf": {csrf}, "owner": {"acme"}, "region": {"us"}, "ttl": {"1h"}}); !strings.Contains(body, "no hub leads region us now") {
+		t.Error("a token for region us, which no hub leads, does not warn")
 	}
 	for _, want := range []string{`<span class="badge outstanding">outstanding</span>`, `<span class="badge used">used</span>`, `<span class="badge expired">expired</span>`} {
 		if !strings.Contains(body, want) {
@@ -356,5 +374,32 @@ func TestOlderVersion(t *testing.T) {
 		if got := olderVersion(c.agent, c.hub); got != c.want {
 			t.Errorf("olderVersion(%q, %q) = %v", c.agent, c.hub, got)
 		}
+	}
+}
+
+// A workload on an offline machine shows its state as unknown since the
+// machine went silent, in the list, on the machine's page and its own.
+func TestWorkloadOnAnOfflineMachineIsUnknown(t *testing.T) {
+	silent := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	f := &fakeHub{
+		machines: []hub.MachineView{
+			{Machine: store.Machine{ID: "m-off", Region: "eu"}, OfflineSince: silent},
+			{Machine: store.Machine{ID: "m-on", Region: "eu"}, Online: true},
+		},
+		wls: []store.Workload{
+			{ID: "w-off", Tenant: "acme", Region: "eu", State: store.StateRunning, Machine: "m-off"},
+			{ID: "w-on", Tenant: "acme", Region: "eu", State: store.StateRunning, Machine: "m-on"},
+		},
+	}
+	srv, c := newTest(t, f)
+	signIn(t, srv, c)
+	const unknown = "unknown: machine offline since"
+	for _, page := range []string{"workloads?frag=1", "machines/m-off", "workloads/w-off"} {
+		if _, body := get(t, c, srv.URL+Prefix+page); strings.Count(body, unknown) != 1 {
+			t.Errorf("%s: %d unknown states, want 1", page, strings.Count(body, unknown))
+		}
+	}
+	if _, body := get(t, c, srv.URL+Prefix+"workloads/w-on"); strings.Contains(body, unknown) {
+		t.Error("a workload on an online machine reads unknown")
 	}
 }

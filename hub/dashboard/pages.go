@@ -59,7 +59,7 @@ type machineRow struct {
 
 func (d *Dashboard) row(m hub.MachineView) machineRow {
 	r := machineRow{
-		ID: m.ID, Name: m.Name, Owner: m.Owner, Region: m.Region, State: machineState(m),
+		ID: m.ID, Name: m.Name, Owner: m.Owner, Region: m.Region, State: m.State(),
 		LastSync: m.LastSync, AgentVersion: m.AgentVersion, VersionOld: olderVersion(m.AgentVersion, d.cfg.Version),
 		Desired: m.Generation, Applied: m.AppliedGeneration, Drift: m.Generation - m.AppliedGeneration,
 		CertExpires: m.CertExpires,
@@ -75,16 +75,6 @@ func (d *Dashboard) row(m hub.MachineView) machineRow {
 		r.Drivers = inv.Drivers
 	}
 	return r
-}
-
-func machineState(m hub.MachineView) string {
-	switch {
-	case m.Revoked:
-		return "revoked"
-	case m.Online:
-		return "online"
-	}
-	return "offline"
 }
 
 // olderVersion reports whether agent's vMAJOR.MINOR.PATCH is below hub's;
@@ -182,7 +172,7 @@ func (d *Dashboard) machines(w http.ResponseWriter, r *http.Request, s session) 
 type machineData struct {
 	M         machineRow
 	V         hub.MachineView
-	Workloads []store.Workload
+	Workloads []workloadRow
 	Events    []event
 }
 
@@ -204,7 +194,8 @@ func events(m hub.MachineView) []event {
 	add(m.AgentStarted, "agent started (boot "+cmp.Or(m.BootID, "unknown")+")")
 	add(m.LastSync, "last sync")
 	if m.Revoked {
-		es = append(es, event{Text: "revoked"})
+		// RevokedAt is zero for machines revoked before it was kept.
+		es = append(es, event{m.RevokedAt, "revoked"})
 	}
 	add(m.CertExpires, "certificate expires")
 	slices.SortStableFunc(es, func(a, b event) int { return a.At.Compare(b.At) })
@@ -223,7 +214,7 @@ func (d *Dashboard) machine(w http.ResponseWriter, r *http.Request, s session) {
 		return
 	}
 	d.render(w, r, http.StatusOK, "machine", view{Title: "Machine " + cmp.Or(m.Name, m.ID), Nav: "machines", CSRF: s.csrf,
-		Data: machineData{M: d.row(m), V: m, Workloads: ws, Events: events(m)}})
+		Data: machineData{M: d.row(m), V: m, Workloads: d.workloadRows(r.Context(), ws, m), Events: events(m)}})
 }
 
 func (d *Dashboard) revokeForm(w http.ResponseWriter, r *http.Request, s session) {
@@ -250,11 +241,14 @@ func (d *Dashboard) revoke(w http.ResponseWriter, r *http.Request, s session) {
 }
 
 type workloadsData struct {
-	Rows                  []store.Workload
+	Rows                  []workloadRow
 	Pager                 pager
 	Tenant, Region, State string
 	Tenants, Regions      []string
 	States                []store.State
+	// Unled warns of the regions with waiting workloads that no hub
+	// leads.
+	Unled []string
 }
 
 func (d *Dashboard) workloads(w http.ResponseWriter, r *http.Request, s session) {
@@ -266,8 +260,20 @@ func (d *Dashboard) workloads(w http.ResponseWriter, r *http.Request, s session)
 	q := r.URL.Query()
 	data := workloadsData{Tenant: q.Get("tenant"), Region: q.Get("region"), State: q.Get("state"), States: store.States}
 	tenants, regions := map[string]bool{}, map[string]bool{}
+	waiting := map[string]bool{}
 	for _, wl := range ws {
 		tenants[wl.Tenant], regions[wl.Region] = true, true
+		if wl.State == store.StatePending || wl.State == store.StateQueued {
+			waiting[wl.Region] = true
+		}
+	}
+	for _, region := range sortedKeys(waiting) {
+		if len(data.Unled) == maxUnledShown {
+			break
+		}
+		if w := d.cfg.Hub.UnledWarning(r.Context(), region); w != "" {
+			data.Unled = append(data.Unled, w)
+		}
 	}
 	data.Tenants, data.Regions = sortedKeys(tenants), sortedKeys(regions)
 	ws = slices.DeleteFunc(ws, func(wl store.Workload) bool {
@@ -275,9 +281,12 @@ func (d *Dashboard) workloads(w http.ResponseWriter, r *http.Request, s session)
 			data.State != "" && string(wl.State) != data.State
 	})
 	lo, hi, pg := paginate(len(ws), d.cfg.PageSize, q)
-	data.Rows, data.Pager = ws[lo:hi], pg
+	data.Rows, data.Pager = d.workloadRows(r.Context(), ws[lo:hi]), pg
 	d.render(w, r, http.StatusOK, "workloads", view{Title: "Workloads", Nav: "workloads", CSRF: s.csrf, Data: data})
 }
+
+// maxUnledShown bounds the regions the workloads page asks about.
+const maxUnledShown = 10
 
 func sortedKeys(m map[string]bool) []string {
 	out := make([]string, 0, len(m))
@@ -289,7 +298,7 @@ func sortedKeys(m map[string]bool) []string {
 }
 
 type workloadData struct {
-	W        store.Workload
+	W        workloadRow
 	Timeline []store.TimelineEntry
 }
 
@@ -305,7 +314,7 @@ func (d *Dashboard) workload(w http.ResponseWriter, r *http.Request, s session) 
 		return
 	}
 	d.render(w, r, http.StatusOK, "workload", view{Title: "Workload " + cmp.Or(wl.Name, wl.ID), Nav: "workloads", CSRF: s.csrf,
-		Data: workloadData{W: wl, Timeline: tl}})
+		Data: workloadData{W: d.workloadRows(r.Context(), []store.Workload{wl})[0], Timeline: tl}})
 }
 
 // tokenRow is a token as the list shows it.
@@ -343,6 +352,8 @@ type tokensData struct {
 	Token              string
 	Expires            time.Time
 	Command            string
+	// Warning says no hub leads the new token's region.
+	Warning string
 }
 
 func (d *Dashboard) tokens(w http.ResponseWriter, r *http.Request, s session) {
@@ -372,6 +383,7 @@ func (d *Dashboard) createToken(w http.ResponseWriter, r *http.Request, s sessio
 		return
 	}
 	data.Token, data.Expires = tok.String(), exp
+	data.Warning = d.cfg.Hub.UnledWarning(r.Context(), data.Region)
 	data.Command = "einsora-agent enroll --hub " + cmp.Or(d.cfg.AgentURL, "https://HUB:8443") + " --token " + data.Token
 	v.Notice = "Token created. It is shown once: copy the command now."
 	if data.List, err = d.tokenRows(r); err != nil {

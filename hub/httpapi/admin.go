@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -38,6 +39,7 @@ func (a *API) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/workloads/{id}/run", a.act(a.hub.RunWorkload))
 	mux.HandleFunc("POST /v1/workloads/{id}/park", a.act(a.hub.ParkWorkload))
 	mux.HandleFunc("GET /v1/workloads/{id}/timeline", a.timeline)
+	mux.HandleFunc("GET /v1/workloads/{id}/logs", a.workloadLogs)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get("Authorization")
 		if subtle.ConstantTimeCompare([]byte(got), []byte("Bearer "+token)) != 1 {
@@ -117,10 +119,12 @@ func timePtr(t time.Time) *time.Time {
 func machineOut(m hub.MachineView, full bool) adminapi.Machine {
 	out := adminapi.Machine{
 		ID: m.ID, Name: m.Name, Owner: m.Owner, Region: m.Region, Online: m.Online, LastSync: timePtr(m.LastSync),
+		OfflineSince: timePtr(m.OfflineSince), Revoked: m.Revoked, RevokedAt: timePtr(m.RevokedAt), Sim: m.Sim,
+		CertExpires:       timePtr(m.CertExpires),
 		DesiredGeneration: m.Generation, AppliedGeneration: m.AppliedGeneration, AgentVersion: m.AgentVersion,
 	}
 	if full {
-		out.OS, out.Arch, out.Inventory, out.CertExpires = m.OS, m.Arch, m.Inventory, timePtr(m.CertExpires)
+		out.OS, out.Arch, out.Inventory = m.OS, m.Arch, m.Inventory
 		if m.Inventory != nil {
 			out.Drivers = m.Inventory.Drivers
 		}
@@ -151,11 +155,12 @@ func (a *API) showMachine(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, machineOut(m, true))
 }
 
-func workloadOut(w store.Workload) adminapi.Workload {
+func workloadOut(w store.Workload, m hub.MachineView) adminapi.Workload {
 	return adminapi.Workload{
 		ID: w.ID, Name: w.Name, Tenant: w.Tenant, Kind: string(w.Kind), Class: w.Class, Region: w.Region,
 		Image: w.Image, State: string(w.State), Machine: w.Machine, Driver: w.Driver, Attempt: w.Attempt,
-		Reason: w.Reason, Created: w.Created, Since: w.Since,
+		Reason: w.Reason, Created: w.Created, Since: w.Since, UnknownSince: timePtr(hub.UnknownSince(w, m)),
+		WorkloadSpec: w.Spec.Redacted(),
 	}
 }
 
@@ -165,9 +170,18 @@ func (a *API) listWorkloads(w http.ResponseWriter, r *http.Request) {
 		a.adminFail(w, r, err)
 		return
 	}
+	ms, err := a.hub.Machines(r.Context())
+	if err != nil {
+		a.adminFail(w, r, err)
+		return
+	}
+	byID := make(map[string]hub.MachineView, len(ms))
+	for _, m := range ms {
+		byID[m.ID] = m
+	}
 	out := make([]adminapi.Workload, len(ws))
 	for i, wl := range ws {
-		out[i] = workloadOut(wl)
+		out[i] = workloadOut(wl, byID[wl.Machine])
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -180,12 +194,15 @@ func (a *API) createWorkload(w http.ResponseWriter, r *http.Request) {
 	}
 	wl, err := a.hub.CreateWorkload(r.Context(), hub.WorkloadSpec{
 		Tenant: in.Tenant, Name: in.Name, Kind: protocol.Kind(in.Kind), Class: in.Class, Region: in.Region, Image: in.Image,
+		Spec: in.WorkloadSpec,
 	})
 	if err != nil {
 		a.adminFail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, workloadOut(wl))
+	out := workloadOut(wl, hub.MachineView{})
+	out.Warning = a.hub.UnledWarning(r.Context(), wl.Region)
+	writeJSON(w, http.StatusCreated, out)
 }
 
 func (a *API) showWorkload(w http.ResponseWriter, r *http.Request) {
@@ -194,7 +211,15 @@ func (a *API) showWorkload(w http.ResponseWriter, r *http.Request) {
 		a.adminFail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, workloadOut(wl))
+	var m hub.MachineView
+	if wl.Machine != "" {
+		// A machine removed since reads as unknown nothing: m stays zero.
+		if m, err = a.hub.Machine(r.Context(), wl.Machine); err != nil && !errors.Is(err, store.ErrNotFound) {
+			a.adminFail(w, r, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, workloadOut(wl, m))
 }
 
 func (a *API) act(act func(ctx context.Context, id string) error) http.HandlerFunc {
@@ -235,5 +260,6 @@ func (a *API) createToken(w http.ResponseWriter, r *http.Request) {
 		a.adminFail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, adminapi.Token{Token: tok.String(), Owner: in.Owner, Region: in.Region, Expires: expires})
+	writeJSON(w, http.StatusCreated, adminapi.Token{Token: tok.String(), Owner: in.Owner, Region: in.Region, Expires: expires,
+		Warning: a.hub.UnledWarning(r.Context(), in.Region)})
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -47,6 +48,11 @@ type Hub interface {
 	DeleteWorkload(ctx context.Context, id string) error
 	Timeline(ctx context.Context, id string) ([]store.TimelineEntry, error)
 	Counters() hub.Counters
+	// UnledWarning is one line when no hub leads region now, else "".
+	UnledWarning(ctx context.Context, region string) string
+	// Workloads' output (hub/logs.go).
+	WorkloadLogs(ctx context.Context, id string, o hub.LogOptions, emit func(protocol.LogLine) error) error
+	AcceptLogs(ctx context.Context, machineID, token string, body io.Reader) error
 }
 
 var _ Hub = (*hub.Hub)(nil)

@@ -28,10 +28,14 @@ func statusOf(err error) (code int, msg string, ok bool) {
 		return http.StatusForbidden, err.Error() + "; an operator revoked this machine: delete the machine-id file in the agent's state directory and enrol it as a new machine", true
 	case errors.Is(err, hub.ErrUnknownMachine):
 		return http.StatusForbidden, err.Error() + "; enrol the machine again with: einsora-agent enroll", true
+	case errors.Is(err, hub.ErrSimRefused):
+		return http.StatusForbidden, hub.ErrSimRefused.Error(), true
 	case errors.Is(err, hub.ErrForbidden):
 		return http.StatusForbidden, err.Error(), true
 	case errors.Is(err, hub.ErrSuperseded):
 		return http.StatusConflict, err.Error(), true
+	case errors.Is(err, hub.ErrUnavailable):
+		return http.StatusServiceUnavailable, err.Error(), true
 	case errors.Is(err, hub.ErrNoCA):
 		return http.StatusNotFound, "this hub enrols no machines; use a hub started with: einsora-hub serve", true
 	}

@@ -44,7 +44,7 @@ func openTestHub(t *testing.T, authority *ca.CA, clk *clock.Fake) *testHub {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	h, err := hub.New(context.Background(), hub.Config{Store: st, Clock: clk, CA: authority, Logger: quiet()})
+	h, err := hub.New(context.Background(), hub.Config{AllowSim: true, Store: st, Clock: clk, CA: authority, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 func TestBoundsAtScrapeTime(t *testing.T) {
 	c := hub.Counters{DroppedStatuses: 7}
-	m := New(Options{Region: "eu"})
+	m := New(Options{})
 	m.WatchBounds(func() hub.Counters { return c })
 	c.TimelineLinesDropped, c.TimelineLinesRetired, c.StaleStatuses = 3, 2, 1
 	out := scrape(t, m)

@@ -32,7 +32,9 @@ const (
 type Fleet interface {
 	Machines(ctx context.Context) ([]hub.MachineView, error)
 	WaitingPolls() int
-	Leadership() (leading bool, changed <-chan struct{})
+	// LeadingRegions says, for each region the hub runs a controller
+	// for, whether it leads it now.
+	LeadingRegions() map[string]bool
 }
 
 // Hub holds the hub's metrics.
@@ -49,13 +51,11 @@ type Hub struct {
 	renewals     *prometheus.CounterVec
 	revocations  prometheus.Counter
 	scrapeErrors prometheus.Counter
-	region       string
 	timeout      time.Duration
 }
 
 // Options configures New.
 type Options struct {
-	Region  string
 	Version string
 	// Timeout bounds the machines read at each scrape.
 	Timeout time.Duration
@@ -71,7 +71,7 @@ func New(o Options) *Hub {
 		o.Timeout = 5 * time.Second
 	}
 	m := &Hub{
-		reg: prometheus.NewRegistry(), region: o.Region, timeout: o.Timeout,
+		reg: prometheus.NewRegistry(), timeout: o.Timeout,
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "einsora_hub_syncs_total",
 			Help: "Agent syncs answered, by result."}, []string{"result"}),
 		wake: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "einsora_hub_wake_latency_seconds",
@@ -79,7 +79,7 @@ func New(o Options) *Hub {
 		admit: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "einsora_hub_admit_pass_seconds",
 			Help: "Duration of one controller pass (admission and placement).", Buckets: latency}),
 		placements: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "einsora_hub_placements_total",
-			Help: "Placement decisions, by outcome (placed, queued, refused) and reason code."}, []string{"outcome", "reason"}),
+			Help: "Placement decisions, by outcome (placed, queued) and reason code."}, []string{"outcome", "reason"}),
 		commit: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "einsora_hub_store_commit_seconds",
 			Help: "Duration of store write transactions, commit included.", Buckets: latency}),
 		handshakes: prometheus.NewCounter(prometheus.CounterOpts{Name: "einsora_hub_tls_handshakes_total",
@@ -109,14 +109,7 @@ func New(o Options) *Hub {
 func (m *Hub) Watch(f Fleet) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "einsora_hub_long_polls",
 		Help: "Agent polls held open now."}, func() float64 { return float64(f.WaitingPolls()) }))
-	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "einsora_hub_leader",
-		Help: "1 while this hub holds its region's controller lease.", ConstLabels: prometheus.Labels{"region": m.region}},
-		func() float64 {
-			if leading, _ := f.Leadership(); leading {
-				return 1
-			}
-			return 0
-		}))
+	m.reg.MustRegister(leaderCollector{f})
 	m.reg.MustRegister(&fleetCollector{fleet: f, timeout: m.timeout, errs: m.scrapeErrors})
 }
 
@@ -152,7 +145,7 @@ func (m *Hub) AdmitPass(d time.Duration) {
 }
 
 // Placement counts one placement decision; reason is a placement reason
-// code (bounded), "" when placed.
+// code (bounded: placement.Codes and the hub's), "none" when placed.
 func (m *Hub) Placement(outcome, reason string) {
 	if m != nil {
 		m.placements.WithLabelValues(outcome, reason).Inc()
@@ -216,6 +209,24 @@ func ResultOf(status int) string {
 	return ResultError
 }
 
+var leaderDesc = prometheus.NewDesc("einsora_hub_leader", "1 while this hub holds the region's controller lease, 0 while it stands by.", []string{"region"}, nil)
+
+// leaderCollector reports each region this hub runs a controller for
+// (bounded by hub.MaxRegions).
+type leaderCollector struct{ fleet Fleet }
+
+func (c leaderCollector) Describe(ch chan<- *prometheus.Desc) { ch <- leaderDesc }
+
+func (c leaderCollector) Collect(ch chan<- prometheus.Metric) {
+	for region, leading := range c.fleet.LeadingRegions() {
+		v := 0.0
+		if leading {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(leaderDesc, prometheus.GaugeValue, v, region)
+	}
+}
+
 var machinesDesc = prometheus.NewDesc("einsora_hub_machines", "Machines by state (online, offline, revoked) and region.", []string{"state", "region"}, nil)
 
 // fleetCollector counts machines at scrape time. The hub offers only every
@@ -241,20 +252,12 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ state, region string }
 	counts := map[key]int{}
 	for _, m := range ms {
-		counts[key{State(m), m.Region}]++
+		counts[key{m.State(), m.Region}]++
 	}
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(machinesDesc, prometheus.GaugeValue, float64(n), k.state, k.region)
 	}
 }
 
-// State is a machine's state as metrics and the dashboard name it.
-func State(m hub.MachineView) string {
-	switch {
-	case m.Revoked:
-		return "revoked"
-	case m.Online:
-		return "online"
-	}
-	return "offline"
-}
+// The hub measures through this package.
+var _ hub.Metrics = (*Hub)(nil)

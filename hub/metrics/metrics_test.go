@@ -20,7 +20,7 @@ type fleet struct {
 
 func (f fleet) Machines(context.Context) ([]hub.MachineView, error) { return f.ms, f.err }
 func (f fleet) WaitingPolls() int                                   { return 3 }
-func (f fleet) Leadership() (bool, <-chan struct{})                 { return true, nil }
+func (f fleet) LeadingRegions() map[string]bool                     { return map[string]bool{"eu": true, "us": false} }
 
 func scrape(t *testing.T, m *Hub) string {
 	t.Helper()
@@ -36,7 +36,7 @@ func TestFleetAtScrapeTime(t *testing.T) {
 		{Machine: store.Machine{ID: "c", Region: "eu"}},
 		{Machine: store.Machine{ID: "d", Region: "us", Revoked: true}, Online: true},
 	}}
-	m := New(Options{Region: "eu", Version: "v1.0.0"})
+	m := New(Options{Version: "v1.0.0"})
 	m.Watch(f)
 	m.StoreCommit(2 * time.Millisecond)
 	out := scrape(t, m)
@@ -46,6 +46,7 @@ func TestFleetAtScrapeTime(t *testing.T) {
 		`einsora_hub_machines{region="us",state="revoked"} 1`,
 		`einsora_hub_long_polls 3`,
 		`einsora_hub_leader{region="eu"} 1`,
+		`einsora_hub_leader{region="us"} 0`,
 		`einsora_hub_store_commit_seconds_count 1`,
 	} {
 		if !strings.Contains(out, want) {

@@ -3,6 +3,7 @@ package placement
 import (
 	"cmp"
 	"slices"
+	"strings"
 
 	"einsora.dev/edge/protocol"
 )
@@ -219,6 +220,9 @@ type shape struct {
 	// limited says which drivers' limits the workload counts toward:
 	// workloads alike but for that fail the limit differently.
 	limited string
+	// ports and needs: workloads alike but for their host ports or the
+	// features they need fit different machines.
+	ports, needs string
 }
 
 // shortlist holds, for one shape, the machines that pass the static rules.
@@ -256,7 +260,8 @@ func (f *Fleet) limitedBy(w *Workload) string {
 }
 
 func (f *Fleet) shortlist(w *Workload, c *Class) *shortlist {
-	k := shape{w.Tenant, w.Region, w.Kind, c.accelerator(), c.Devices, c.CPUs, c.MemoryMB, f.limitedBy(w)}
+	k := shape{w.Tenant, w.Region, w.Kind, c.accelerator(), c.Devices, c.CPUs, c.MemoryMB, f.limitedBy(w),
+		portsString(w.Ports), strings.Join(w.Needs, ",")}
 	if sl, ok := f.shortlists[k]; ok {
 		return sl
 	}
@@ -312,6 +317,8 @@ func (f *Fleet) static(ms *machineState, w *Workload, c *Class, cands []int) (st
 		return stageDriver, nil
 	case len(permitted) == 0:
 		return stagePermit, nil
+	case !m.HasFeatures(w.Needs):
+		return stageFeature, nil
 	case !m.Online:
 		return stageOnline, nil
 	}
@@ -334,7 +341,22 @@ func (f *Fleet) dynamic(ms *machineState, w *Workload, c *Class, permitted []int
 	if chosen < 0 {
 		return stageLimit, permitted[0]
 	}
-	return ms.free.lack(c), chosen
+	if s := ms.free.lack(c); s != stageFits {
+		return s, chosen
+	}
+	if ms.free.takenPort(w.Ports) != nil {
+		return stagePortsFree, chosen
+	}
+	return stageFits, chosen
+}
+
+// portsString keys a shape by its host ports.
+func portsString(ports []protocol.Port) string {
+	keys := make([]string, len(ports))
+	for i, p := range ports {
+		keys[i] = portKey(p)
+	}
+	return strings.Join(keys, ",")
 }
 
 // better reports whether machine i is a better fit than machine j for the
@@ -388,6 +410,7 @@ func (f *Fleet) hold(i int, w *Workload, c *Class, dec Decision) {
 		ms.free.Drivers = make(map[string]int)
 	}
 	ms.free.Drivers[dec.Driver]++
+	ms.free.takePorts(w.Ports)
 	for _, d := range f.drivers {
 		if d.Name == dec.Driver && d.Counts(w.Image) {
 			ms.limited[d.Name]++

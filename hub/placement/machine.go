@@ -2,6 +2,7 @@ package placement
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 
 	"einsora.dev/edge/protocol"
@@ -21,6 +22,8 @@ type Held struct {
 	CPUs     int
 	MemoryMB int
 	Devices  []string
+	// Ports are the host ports it publishes.
+	Ports []protocol.Port
 }
 
 // Machine is a machine as placement sees it. Owner and Region come from its
@@ -45,6 +48,8 @@ type Machine struct {
 	// Withdrawn are drivers whose limited capacity the machine withdrew
 	// (protocol.Inventory.Withdrawn): their limit counts as reached.
 	Withdrawn []string
+	// Features are the agent's features (protocol.Inventory.Features).
+	Features []string
 	// Engine is the kind of its Docker engine (EngineOf), "" when it
 	// names none.
 	Engine string
@@ -140,6 +145,17 @@ func (m Machine) Offers(d Driver) bool {
 	return d.FitsPlatform(m.OS, m.Arch) && slices.Contains(m.Drivers, d.Name)
 }
 
+// HasFeatures reports whether the machine's agent reports every feature
+// in needs.
+func (m Machine) HasFeatures(needs []string) bool {
+	for _, n := range needs {
+		if !slices.Contains(m.Features, n) {
+			return false
+		}
+	}
+	return true
+}
+
 // Equipped reports whether the machine, empty, would be big enough for c:
 // enough devices of its accelerator, CPUs and memory.
 func (m Machine) Equipped(c Class) bool {
@@ -154,6 +170,36 @@ type Free struct {
 	Devices map[string][]string
 	// Drivers counts the workloads held with each driver.
 	Drivers map[string]int
+	// Ports holds the host ports taken, by portKey.
+	Ports map[string]bool
+}
+
+// portKey is a host port as a set keys it: "8080/tcp".
+func portKey(p protocol.Port) string { return strconv.Itoa(p.Host) + "/" + p.Protocol() }
+
+// PortsFree reports whether every host port of ports is free.
+func (f Free) PortsFree(ports []protocol.Port) bool { return f.takenPort(ports) == nil }
+
+// takenPort returns the first of ports already taken, or nil.
+func (f *Free) takenPort(ports []protocol.Port) *protocol.Port {
+	for i := range ports {
+		if f.Ports[portKey(ports[i])] {
+			return &ports[i]
+		}
+	}
+	return nil
+}
+
+func (f *Free) takePorts(ports []protocol.Port) {
+	if len(ports) == 0 {
+		return
+	}
+	if f.Ports == nil {
+		f.Ports = make(map[string]bool)
+	}
+	for _, p := range ports {
+		f.Ports[portKey(p)] = true
+	}
 }
 
 // Free subtracts what the machine holds from what it has. A held device the
@@ -172,6 +218,7 @@ func (m Machine) Free() Free {
 			f.Drivers = make(map[string]int)
 		}
 		f.Drivers[h.Driver]++
+		f.takePorts(h.Ports)
 	}
 	for acc, ids := range m.Devices {
 		var free []string

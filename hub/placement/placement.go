@@ -14,10 +14,13 @@
 //     accelerator (Driver.Runs), runs on the machine's OS and architecture
 //     and is offered by it (Machine.Offers), and isolates strongly enough
 //     for who owns the machine (Machine.Permits);
-//  4. the machine is online;
-//  5. the driver is under its per-machine limit (Driver.Allows);
-//  6. the class's devices, CPUs and memory are free (Free.Fits);
-//  7. a VM or notebook that has run before (Workload.Sticky) goes back to
+//  4. its agent reports every feature the workload needs
+//     (Machine.HasFeatures: a workload with a spec needs "spec");
+//  5. the machine is online;
+//  6. the driver is under its per-machine limit (Driver.Allows);
+//  7. the class's devices, CPUs and memory are free (Free.Fits), and so
+//     are the workload's published host ports (Free.PortsFree);
+//  8. a VM or notebook that has run before (Workload.Sticky) goes back to
 //     the machine and driver holding its disk, or waits: it is never placed
 //     elsewhere, so it never runs in two places. Offline machines are never
 //     chosen, and a workload already holding a machine is not placed again.
@@ -96,6 +99,12 @@ type Workload struct {
 	// waits rather than run anywhere else. Other kinds may move.
 	HeldMachine string
 	HeldDriver  string
+	// Ports are the host ports it publishes: a machine where another
+	// workload holding resources publishes one of them does not fit.
+	Ports []protocol.Port
+	// Needs are the agent features it needs (protocol.FeatureSpec for a
+	// workload with a spec): an older agent would run it wrongly.
+	Needs []string
 }
 
 // Sticky reports whether w must go back to the machine holding its disk: it
@@ -120,6 +129,9 @@ type Decision struct {
 // has a free Apple GPU".
 type NoFit struct {
 	Reason string
+	// Code names the rule no machine passed, one of a small fixed set
+	// (Codes), for metrics' labels.
+	Code string
 }
 
 func (e *NoFit) Error() string { return e.Reason }
@@ -149,11 +161,13 @@ const (
 	stageSize
 	stageDriver
 	stagePermit
+	stageFeature
 	stageOnline
 	stageLimit
 	stageDevicesFree
 	stageCPUsFree
 	stageMemoryFree
+	stagePortsFree
 	stageFits
 )
 

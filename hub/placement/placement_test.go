@@ -329,6 +329,8 @@ func TestReasonTexts(t *testing.T) {
 	vz := slices.IndexFunc(f.drivers, func(d Driver) bool { return d.Name == "vz" })
 	c := class(t, "apple-gpu")
 	w := wl("w", "acme", "eu-west", nb, "apple-gpu")
+	w.Ports = []protocol.Port{{Host: 8080, Container: 80}}
+	w.Needs = []string{protocol.FeatureSpec}
 	s := sticky(w, "m-1", "macos-native")
 	tests := []struct {
 		name  string
@@ -346,6 +348,10 @@ func TestReasonTexts(t *testing.T) {
 		{"devices", stageDevicesFree, w, "no machine of tenant acme in region eu-west has a free Apple GPU"},
 		{"cpus", stageCPUsFree, w, "no machine of tenant acme in region eu-west has 4 free CPUs"},
 		{"memory", stageMemoryFree, w, "no machine of tenant acme in region eu-west has 16384 MB of memory free"},
+		{"ports", stagePortsFree, w, "no machine of tenant acme in region eu-west has host port 8080/tcp free"},
+		{"feature", stageFeature, w, "no machine of tenant acme in region eu-west runs an agent new enough for it (it needs agent features spec; upgrade einsora-agent)"},
+		{"sticky_ports", stagePortsFree, s, "waiting for machine m-1, which holds its disk, to have host port 8080/tcp free"},
+		{"sticky_feature", stageFeature, s, "waiting for machine m-1, which holds its disk, to run an agent new enough for it (it needs agent features spec; upgrade einsora-agent there)"},
 		{"sticky_host", stageHost, s, "machine m-1, which holds its disk, is not tenant acme's machine in region eu-west"},
 		{"sticky_accelerator", stageAccelerator, s, "machine m-1, which holds its disk, has no Apple GPU"},
 		{"sticky_size", stageSize, s, "machine m-1, which holds its disk, is too small for class apple-gpu (4 CPUs, 16384 MB of memory)"},

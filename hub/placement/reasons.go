@@ -10,6 +10,23 @@ import (
 // reason turns the stage a placement failed at into a sentence for the
 // workload's timeline; driver is the driver at its limit at stageLimit.
 func (f *Fleet) reason(s stage, driver int, w *Workload, c *Class) *NoFit {
+	nf := f.reasonText(s, driver, w, c)
+	nf.Code = s.code()
+	return nf
+}
+
+// Codes are the values of NoFit.Code.
+var Codes = []string{"no_machine", "accelerator", "size", "driver", "isolation", "agent_too_old", "offline", "driver_limit", "devices_busy", "cpus_busy", "memory_busy", "ports_busy"}
+
+// code is the stage's entry in Codes.
+func (s stage) code() string {
+	if s < 0 || int(s) >= len(Codes) {
+		return Codes[len(Codes)-1]
+	}
+	return Codes[s]
+}
+
+func (f *Fleet) reasonText(s stage, driver int, w *Workload, c *Class) *NoFit {
 	if w.Sticky() {
 		return f.stickyReason(s, driver, w, c)
 	}
@@ -27,6 +44,8 @@ func (f *Fleet) reason(s stage, driver int, w *Workload, c *Class) *NoFit {
 		return noFit("%s offers a driver that runs %s", where, workPhrase(w.Kind, c))
 	case stagePermit:
 		return noFit("%s offers a driver isolated enough to run %s for a tenant other than its owner", where, workPhrase(w.Kind, c))
+	case stageFeature:
+		return noFit("%s runs an agent new enough for it (it needs agent features %s; upgrade einsora-agent)", where, strings.Join(w.Needs, ", "))
 	case stageLimit:
 		d := f.drivers[driver]
 		return noFit("%s can run another %s workload (%d per machine)", where, d.Name, d.PerMachineLimit)
@@ -34,6 +53,8 @@ func (f *Fleet) reason(s stage, driver int, w *Workload, c *Class) *NoFit {
 		return noFit("%s has %s", where, devicesPhrase(c, true))
 	case stageCPUsFree:
 		return noFit("%s has %s", where, cpusPhrase(c.CPUs))
+	case stagePortsFree:
+		return noFit("%s has %s free", where, portsPhrase(w.Ports))
 	default: // stageMemoryFree
 		return noFit("%s has %d MB of memory free", where, c.MemoryMB)
 	}
@@ -60,6 +81,8 @@ func (f *Fleet) stickyReason(s stage, driver int, w *Workload, c *Class) *NoFit 
 		return noFit("waiting for %s to offer a driver that runs %s", m, workPhrase(w.Kind, c))
 	case stagePermit:
 		return noFit("%s offers no driver isolated enough to run %s for a tenant other than its owner", m, workPhrase(w.Kind, c))
+	case stageFeature:
+		return noFit("waiting for %s to run an agent new enough for it (it needs agent features %s; upgrade einsora-agent there)", m, strings.Join(w.Needs, ", "))
 	case stageLimit:
 		d := f.drivers[driver]
 		return noFit("waiting for %s to run fewer than %d %s workloads", m, d.PerMachineLimit, d.Name)
@@ -67,6 +90,8 @@ func (f *Fleet) stickyReason(s stage, driver int, w *Workload, c *Class) *NoFit 
 		return noFit("waiting for %s to have %s", m, devicesPhrase(c, true))
 	case stageCPUsFree:
 		return noFit("waiting for %s to have %s", m, cpusPhrase(c.CPUs))
+	case stagePortsFree:
+		return noFit("waiting for %s to have %s free", m, portsPhrase(w.Ports))
 	default: // stageMemoryFree
 		return noFit("waiting for %s to have %d MB of memory free", m, c.MemoryMB)
 	}
@@ -158,4 +183,19 @@ func workPhrase(k protocol.Kind, c *Class) string {
 		s += " with " + article(name) + " " + name
 	}
 	return s
+}
+
+// portsPhrase: "host port 8080/tcp", "host ports 8080/tcp and 53/udp".
+func portsPhrase(ports []protocol.Port) string {
+	keys := make([]string, len(ports))
+	for i, p := range ports {
+		keys[i] = portKey(p)
+	}
+	switch len(keys) {
+	case 0:
+		return "no host port"
+	case 1:
+		return "host port " + keys[0]
+	}
+	return "host ports " + strings.Join(keys[:len(keys)-1], ", ") + " and " + keys[len(keys)-1]
 }

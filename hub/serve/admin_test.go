@@ -31,7 +31,7 @@ func (w *wakerStore) Update(ctx context.Context, fn func(tx store.Tx) error) err
 // waiting a whole poll for every change.
 func TestTimedStoreKeepsReplicaWakeups(t *testing.T) {
 	inner := &wakerStore{}
-	m := metrics.New(metrics.Options{Region: "eu"})
+	m := metrics.New(metrics.Options{})
 	st := timeStore(inner, m, clock.Real{})
 	rw, ok := st.(replicaWaker)
 	if !ok {

@@ -59,7 +59,7 @@ func BenchmarkAttacks(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	h, err := hub.New(context.Background(), hub.Config{Store: st, CA: authority, Logger: discard, PollTimeout: time.Minute})
+	h, err := hub.New(context.Background(), hub.Config{AllowSim: true, Store: st, CA: authority, Logger: discard, PollTimeout: time.Minute})
 	if err != nil {
 		b.Fatal(err)
 	}

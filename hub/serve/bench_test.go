@@ -41,7 +41,7 @@ func benchHub(b *testing.B, poll time.Duration) (*hub.Hub, *ca.CA, tls.Certifica
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
-	h, err := hub.New(context.Background(), hub.Config{Store: st, CA: authority, Logger: discard, PollTimeout: poll})
+	h, err := hub.New(context.Background(), hub.Config{AllowSim: true, Store: st, CA: authority, Logger: discard, PollTimeout: poll})
 	if err != nil {
 		b.Fatal(err)
 	}

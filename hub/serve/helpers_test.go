@@ -70,7 +70,7 @@ func (e *env) start() {
 		t.Fatal(err)
 	}
 	e.hub, err = hub.New(context.Background(), hub.Config{
-		Store: e.st, CA: e.ca, Logger: discard, PollTimeout: e.opts.pollTimeout, Region: "r1",
+		Store: e.st, CA: e.ca, Logger: discard, PollTimeout: e.opts.pollTimeout, Region: "r1", AllowSim: true,
 		ControllerInterval: 200 * time.Millisecond,
 	})
 	if err != nil {

@@ -36,7 +36,7 @@ func runHub(t *testing.T, region string) (data, adminURL, agentURL string) {
 	go func() {
 		done <- serve.Run(ctx, serve.Options{
 			DataDir: data, Listen: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", Region: region, Logger: discard, Version: "v9.9.9",
-			Hub:   hub.Config{PollTimeout: time.Second},
+			Hub:   hub.Config{PollTimeout: time.Second, AllowSim: true},
 			Ready: func(a, b string) { ready <- [2]string{a, b} },
 		})
 	}()
@@ -159,6 +159,9 @@ func TestMetricsAfterAWorkloadsLife(t *testing.T) {
 		{"einsora_hub_store_commit_seconds", nil, 3, 1e9},
 		{"einsora_hub_tls_handshakes_total", nil, 2, 1e9},
 		{"einsora_hub_long_polls", nil, 0, 1},
+		{"einsora_hub_wake_latency_seconds", nil, 1, 1e9},
+		{"einsora_hub_admit_pass_seconds", nil, 1, 1e9},
+		{"einsora_hub_placements_total", []string{"outcome", "placed", "reason", "none"}, 1, 1},
 		{"einsora_hub_build_info", []string{"version", "v9.9.9"}, 1, 1},
 		{"einsora_hub_statuses_dropped_total", nil, 0, 1e9},
 	} {

@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -44,7 +43,11 @@ type Options struct {
 	AdminTLSCert  string
 	AdminTLSKey   string
 	AdminInsecure bool
-	Region        string
+	// Region is the primary region; Regions every region this hub may
+	// lead ("*": every region with a machine or a token). Empty Regions
+	// means Region alone.
+	Region  string
+	Regions []string
 	// Names are the host names and addresses agents dial the hub by; the
 	// server certificate holds them, the host name and DefaultNames.
 	Names   []string
@@ -88,6 +91,10 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return errorf("%w", err)
 	}
+	secretKey, err := hub.LoadOrCreateSecretKey(opts.DataDir)
+	if err != nil {
+		return errorf("%w", err)
+	}
 	clk := opts.Hub.Clock
 	if clk == nil {
 		clk = clock.Real{}
@@ -101,16 +108,20 @@ func Run(ctx context.Context, opts Options) error {
 		return errorf("%w", err)
 	}
 	defer st.Close()
-	m := metrics.New(metrics.Options{Region: cmp.Or(opts.Region, "local"), Version: opts.Version})
+	m := metrics.New(metrics.Options{Version: opts.Version})
 	hcfg := opts.Hub
-	hcfg.Store, hcfg.CA, hcfg.Region, hcfg.Logger, hcfg.Clock = timeStore(st, m, clk), authority, opts.Region, log, clk
+	hcfg.Store, hcfg.CA, hcfg.Region, hcfg.Regions, hcfg.Logger, hcfg.Clock = timeStore(st, m, clk), authority, opts.Region, opts.Regions, log, clk
+	hcfg.Metrics = m
+	hcfg.SecretKey = secretKey
 	h, err := hub.New(ctx, hcfg)
 	if err != nil {
 		return errorf("%w", err)
 	}
 	m.Watch(h)
 	m.WatchBounds(h.Counters)
-	health := &Health{Store: st, Leader: h, Lease: "controller:" + cmp.Or(opts.Region, "local"), Clock: clk}
+	// Readiness follows the primary region, the first one led.
+	primary := h.Regions()[0]
+	health := &Health{Store: st, Leader: h, Lease: "controller:" + primary, Clock: clk}
 
 	adminLn, err := net.Listen("tcp", opts.AdminAddr)
 	if err != nil {
@@ -163,7 +174,7 @@ func Run(ctx context.Context, opts Options) error {
 	api := guardAdmin(countRevocations(m, httpapi.New(h, clk, log).AdminHandler(token)), lim, clk)
 	admin.Handler = adminMux(api, dash, m.Handler(), health)
 	fp := authority.Fingerprint()
-	log.Info("hub serving", "admin", adminURL, "dashboard", adminURL+dashboard.Prefix, "agents", agentsURL, "region", cmp.Or(opts.Region, "local"), "data", opts.DataDir,
+	log.Info("hub serving", "admin", adminURL, "dashboard", adminURL+dashboard.Prefix, "agents", agentsURL, "regions", opts.Regions, "primary", primary, "data", opts.DataDir,
 		"ca_fingerprint", strings.ToLower(encodeFP(fp[:])), "names", names)
 	if opts.Ready != nil {
 		opts.Ready(adminURL, agentsURL)

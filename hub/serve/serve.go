@@ -137,6 +137,7 @@ func NewServer(cfg Config) *Server {
 	identify := s.api.IdentifyClientCert
 	mux.Handle(protocol.SyncPath, counted(s.metrics.SyncResult, s.limitMachine(s.drainable(s.api.SyncHandler(identify)))))
 	mux.Handle(protocol.RenewPath, counted(s.metrics.Renewal, s.limitMachine(s.api.RenewHandler(identify))))
+	mux.Handle(protocol.LogsPath, s.limitMachine(s.api.LogsHandler(identify)))
 	mux.Handle(protocol.EnrollPath, counted(s.metrics.Enrolment, s.api.EnrollHandler()))
 	if cfg.Readyz != nil {
 		mux.HandleFunc("GET /readyz", cfg.Readyz)

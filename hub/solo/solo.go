@@ -20,6 +20,7 @@ import (
 	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/dashboard"
 	"einsora.dev/edge/hub/httpapi"
+	"einsora.dev/edge/hub/metrics"
 	"einsora.dev/edge/hub/store/sqlite"
 	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/inventory"
@@ -118,6 +119,13 @@ func Run(ctx context.Context, opts Options) error {
 	defer st.Close()
 	hcfg := opts.Hub
 	hcfg.Store, hcfg.Logger, hcfg.Clock = st, log, clk
+	// Solo is for development: its agent may well run the sim driver.
+	hcfg.AllowSim = true
+	m := metrics.New(metrics.Options{Version: opts.Version})
+	hcfg.Metrics = m
+	if hcfg.SecretKey, err = hub.LoadOrCreateSecretKey(opts.DataDir); err != nil {
+		return fmt.Errorf("solo: %w", err)
+	}
 	if hcfg.HolderID == "" {
 		// The agent's lock proves no other solo runs on this data
 		// directory, so a restarted solo may take its own lease back at
@@ -128,6 +136,9 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("solo: %w", err)
 	}
+	m.Watch(h)
+	// The in-process agent's output is read in-process.
+	h.SetLocalLogs(ag)
 	if err := h.EnsureTenant(ctx, Tenant); err != nil {
 		return fmt.Errorf("solo: %w", err)
 	}
@@ -148,6 +159,7 @@ func Run(ctx context.Context, opts Options) error {
 	// no address to show.
 	mux := http.NewServeMux()
 	mux.Handle(dashboard.Prefix, dashboard.New(dashboard.Config{Hub: h, AdminToken: token, Version: opts.Version, Clock: clk, Logger: log}))
+	mux.Handle("GET /metrics", m.Handler())
 	mux.Handle("/", httpapi.New(h, clk, log).AdminHandler(token))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	adminURL := "http://" + ln.Addr().String()

@@ -186,6 +186,8 @@ type Machine struct {
 	Registered  time.Time
 	Revoked     bool
 	CertExpires time.Time
+	// RevokedAt is when an operator revoked the machine; zero if not.
+	RevokedAt time.Time
 }
 
 // State is a workload's state in the store.
@@ -225,7 +227,11 @@ type Workload struct {
 	Class  string
 	Region string
 	Image  string
-	State  State
+	// Spec is what the workload runs beyond its image. Its SecretEnv
+	// values are sealed by the hub (hub/secrets.go) before they reach the
+	// store: the store never holds a secret in clear.
+	Spec  protocol.WorkloadSpec
+	State State
 	// Machine and Driver are where it was placed. They stay set while the
 	// workload is parked, because the machine holds its data.
 	Machine string
@@ -244,6 +250,9 @@ type Workload struct {
 	Since time.Time
 	// Progress is when the agent last reported progress on it.
 	Progress time.Time
+	// Restarts counts the local restarts of this attempt already on the
+	// timeline; a new attempt starts it at 0.
+	Restarts int
 }
 
 // WorkloadFilter selects workloads; zero fields match everything.

@@ -21,6 +21,7 @@ const (
 	MaxGPUCores    = 1 << 20
 	MaxNotes       = 32
 	MaxDrivers     = 32
+	MaxFeatures    = 16
 	MaxRuntimes    = 32
 	// MaxString bounds every string in an inventory, in bytes.
 	MaxString = 256
@@ -100,6 +101,9 @@ func CheckInventory(regOS, regArch string, inv *protocol.Inventory, driverOS fun
 	}
 	if len(inv.Notes) > MaxNotes {
 		return broke("notes", "%d over %d", len(inv.Notes), MaxNotes)
+	}
+	if len(inv.Features) > MaxFeatures {
+		return broke("features", "%d over %d", len(inv.Features), MaxFeatures)
 	}
 	return checkDrivers(inv, driverOS)
 }
@@ -216,6 +220,9 @@ func eachString(inv *protocol.Inventory, f func(field string, s *string)) {
 	for i := range inv.Drivers {
 		f("drivers", &inv.Drivers[i])
 	}
+	for i := range inv.Features {
+		f("features", &inv.Features[i])
+	}
 	for i := range inv.Notes {
 		f("notes", &inv.Notes[i])
 	}
@@ -233,6 +240,7 @@ func Sanitize(inv *protocol.Inventory) {
 	inv.GPUs = cut(inv.GPUs, MaxGPUs)
 	inv.Notes = cut(inv.Notes, MaxNotes)
 	inv.Drivers = cut(inv.Drivers, MaxDrivers)
+	inv.Features = cut(inv.Features, MaxFeatures)
 	if inv.Docker != nil {
 		inv.Docker.Runtimes = cut(inv.Docker.Runtimes, MaxRuntimes)
 	}

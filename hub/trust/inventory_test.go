@@ -123,6 +123,7 @@ func TestCheckInventory(t *testing.T) {
 		{"negative_gpu_memory", "", "", func() *protocol.Inventory { i := linuxGPUBox(); i.GPUs[0].MemoryMB = -1; return i }, "gpu-memory"},
 		{"absurd_gpu_cores", "", "", func() *protocol.Inventory { i := appleMac(); i.GPUs[0].Cores = 1 << 30; return i }, "gpu-cores"},
 		{"33_notes", "", "", func() *protocol.Inventory { i := linuxGPUBox(); i.Notes = make([]string, MaxNotes+1); return i }, "notes"},
+		{"17_features", "", "", func() *protocol.Inventory { i := linuxGPUBox(); i.Features = make([]string, MaxFeatures+1); return i }, "features"},
 		{"33_drivers", "", "", func() *protocol.Inventory { i := linuxGPUBox(); i.Drivers = make([]string, MaxDrivers+1); return i }, "drivers"},
 		{"33_runtimes", "", "", func() *protocol.Inventory {
 			i := linuxGPUBox()
@@ -225,8 +226,12 @@ func TestSanitize(t *testing.T) {
 			i.GPUs = make([]protocol.GPU, 1000)
 			i.Drivers = make([]string, 1000)
 			i.Docker.Runtimes = make([]string, 1000)
+			i.Features = make([]string, 1000)
 			return i
 		}, func(t *testing.T, inv *protocol.Inventory) {
+			if len(inv.Features) != MaxFeatures {
+				t.Errorf("got %d features, want %d", len(inv.Features), MaxFeatures)
+			}
 			if len(inv.Notes) != MaxNotes || len(inv.GPUs) != MaxGPUs || len(inv.Drivers) != MaxDrivers || len(inv.Docker.Runtimes) != MaxRuntimes {
 				t.Errorf("got notes %d, gpus %d, drivers %d, runtimes %d; want %d, %d, %d, %d",
 					len(inv.Notes), len(inv.GPUs), len(inv.Drivers), len(inv.Docker.Runtimes), MaxNotes, MaxGPUs, MaxDrivers, MaxRuntimes)

@@ -22,7 +22,7 @@ func TestHubReplicasWakeEachOther(t *testing.T) {
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	newHub := func(holder string) *hub.Hub {
-		h, err := hub.New(ctx, hub.Config{Store: open(t, dsn), Logger: log, HolderID: holder,
+		h, err := hub.New(ctx, hub.Config{AllowSim: true, Store: open(t, dsn), Logger: log, HolderID: holder,
 			PollTimeout: time.Minute, ControllerInterval: time.Hour})
 		if err != nil {
 			t.Fatal(err)

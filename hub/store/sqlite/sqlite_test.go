@@ -2,11 +2,14 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/hub/store/storetest"
+	"einsora.dev/edge/protocol"
 )
 
 func TestStore(t *testing.T) {
@@ -42,5 +45,58 @@ func TestReopenKeepsIDAndData(t *testing.T) {
 	}
 	if err := s.View(ctx, func(tx store.Tx) error { _, err := tx.Tenant("acme"); return err }); err != nil {
 		t.Errorf("tenant after reopen: %v", err)
+	}
+}
+
+// TestOldDatabaseUpgradesInPlace opens a database made before workloads had
+// a spec: its workloads read as having none, and a spec can be stored.
+func TestOldDatabaseUpgradesInPlace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hub.db")
+	ctx := context.Background()
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	// Take the database back to before the spec migration, with one
+	// workload written by an older hub.
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		`ALTER TABLE workloads DROP COLUMN spec`,
+		`ALTER TABLE workloads DROP COLUMN restarts`,
+		`ALTER TABLE statuses DROP COLUMN restarts`,
+		`DELETE FROM meta WHERE key = 'migration:workload_spec'`,
+		`INSERT INTO tenants (name, created) VALUES ('acme', 0)`,
+		`INSERT INTO workloads (id, name, tenant, kind, class, region, image, state, machine, driver, devices, attempt,
+			mode_generation, reason, created, since, progress)
+			VALUES ('w-old', 'web', 'acme', 'container', 'cpu-1', 'eu', 'nginx', 'running', 'm-1', 'sim', '[]', 2, 1, '', 0, 0, 0)`,
+	} {
+		if _, err := db.Exec(stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	db.Close()
+
+	s, err = Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var w store.Workload
+	if err := s.View(ctx, func(tx store.Tx) error { w, err = tx.Workload("w-old"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if w.Image != "nginx" || w.Attempt != 2 || !reflect.DeepEqual(w.Spec, protocol.WorkloadSpec{}) {
+		t.Fatalf("old workload after upgrade: %+v", w)
+	}
+	w.Spec.Env = map[string]string{"A": "b"}
+	if err := s.Update(ctx, func(tx store.Tx) error { return tx.PutWorkload(w) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.View(ctx, func(tx store.Tx) error { w, err = tx.Workload("w-old"); return err }); err != nil || w.Spec.Env["A"] != "b" {
+		t.Fatalf("spec after upgrade: %+v, %v", w.Spec, err)
 	}
 }

@@ -43,6 +43,7 @@ var migrations = []string{
 	CREATE TABLE certificates (serial TEXT PRIMARY KEY, machine TEXT NOT NULL, issued BIGINT NOT NULL,
 		expires BIGINT NOT NULL, revoked BIGINT NOT NULL);
 	CREATE INDEX certificates_machine ON certificates (machine, issued);`,
+	`ALTER TABLE machines ADD COLUMN revoked_at BIGINT NOT NULL DEFAULT 0;`,
 }
 
 // migrationLock is the key of the advisory lock every migration
@@ -117,5 +118,5 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("migrate %d: %w", version, err)
 		}
 	}
-	return nil
+	return s.migrateWorkloadSpec(ctx)
 }

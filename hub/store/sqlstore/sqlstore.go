@@ -294,7 +294,7 @@ func (t *tx) Class(name string) (store.Class, error) {
 }
 
 const machineCols = `id, name, owner, region, os, arch, generation, reported_generation, applied_generation,
-	last_sync, agent_version, boot_id, agent_started, inventory, registered, revoked, cert_expires`
+	last_sync, agent_version, boot_id, agent_started, inventory, registered, revoked, cert_expires, revoked_at`
 
 func (t *tx) PutMachine(m store.Machine) error {
 	var inv []byte
@@ -304,15 +304,15 @@ func (t *tx) PutMachine(m store.Machine) error {
 			return fmt.Errorf("machine %q: encode inventory: %w", m.ID, err)
 		}
 	}
-	_, err := t.exec(`INSERT INTO machines (`+machineCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	_, err := t.exec(`INSERT INTO machines (`+machineCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET name = excluded.name, owner = excluded.owner, region = excluded.region,
 		os = excluded.os, arch = excluded.arch, generation = excluded.generation,
 		reported_generation = excluded.reported_generation, applied_generation = excluded.applied_generation,
 		last_sync = excluded.last_sync, agent_version = excluded.agent_version, boot_id = excluded.boot_id,
 		agent_started = excluded.agent_started, inventory = excluded.inventory, registered = excluded.registered,
-		revoked = excluded.revoked, cert_expires = excluded.cert_expires`,
+		revoked = excluded.revoked, cert_expires = excluded.cert_expires, revoked_at = excluded.revoked_at`,
 		m.ID, m.Name, m.Owner, m.Region, m.OS, m.Arch, m.Generation, m.ReportedGeneration, m.AppliedGeneration,
-		ts(m.LastSync), m.AgentVersion, m.BootID, ts(m.AgentStarted), string(inv), ts(m.Registered), m.Revoked, ts(m.CertExpires))
+		ts(m.LastSync), m.AgentVersion, m.BootID, ts(m.AgentStarted), string(inv), ts(m.Registered), m.Revoked, ts(m.CertExpires), ts(m.RevokedAt))
 	if err != nil {
 		return fmt.Errorf("machine %q: %w", m.ID, err)
 	}
@@ -321,14 +321,15 @@ func (t *tx) PutMachine(m store.Machine) error {
 
 func scanMachine(sc interface{ Scan(...any) error }) (store.Machine, error) {
 	var m store.Machine
-	var lastSync, started, registered, certExpires int64
+	var lastSync, started, registered, certExpires, revokedAt int64
 	var inv string
 	err := sc.Scan(&m.ID, &m.Name, &m.Owner, &m.Region, &m.OS, &m.Arch, &m.Generation, &m.ReportedGeneration,
-		&m.AppliedGeneration, &lastSync, &m.AgentVersion, &m.BootID, &started, &inv, &registered, &m.Revoked, &certExpires)
+		&m.AppliedGeneration, &lastSync, &m.AgentVersion, &m.BootID, &started, &inv, &registered, &m.Revoked, &certExpires, &revokedAt)
 	if err != nil {
 		return m, err
 	}
 	m.LastSync, m.AgentStarted, m.Registered, m.CertExpires = fromTS(lastSync), fromTS(started), fromTS(registered), fromTS(certExpires)
+	m.RevokedAt = fromTS(revokedAt)
 	if inv != "" {
 		m.Inventory = new(protocol.Inventory)
 		if err := json.Unmarshal([]byte(inv), m.Inventory); err != nil {
@@ -410,20 +411,21 @@ func (t *tx) BumpGeneration(machineID string) (int64, error) {
 }
 
 const workloadCols = `id, name, tenant, kind, class, region, image, state, machine, driver, devices, attempt,
-	mode_generation, reason, created, since, progress`
+	mode_generation, reason, created, since, progress, spec, restarts`
 
 func workloadArgs(w store.Workload) []any {
 	devices, _ := json.Marshal(w.Devices)
 	return []any{w.ID, w.Name, w.Tenant, string(w.Kind), w.Class, w.Region, w.Image, string(w.State), w.Machine,
-		w.Driver, string(devices), w.Attempt, w.ModeGeneration, w.Reason, ts(w.Created), ts(w.Since), ts(w.Progress)}
+		w.Driver, string(devices), w.Attempt, w.ModeGeneration, w.Reason, ts(w.Created), ts(w.Since), ts(w.Progress),
+		specColumn(w.Spec), w.Restarts}
 }
 
 func scanWorkload(sc interface{ Scan(...any) error }) (store.Workload, error) {
 	var w store.Workload
-	var kind, state, devices string
+	var kind, state, devices, spec string
 	var created, since, progress int64
 	err := sc.Scan(&w.ID, &w.Name, &w.Tenant, &kind, &w.Class, &w.Region, &w.Image, &state, &w.Machine, &w.Driver,
-		&devices, &w.Attempt, &w.ModeGeneration, &w.Reason, &created, &since, &progress)
+		&devices, &w.Attempt, &w.ModeGeneration, &w.Reason, &created, &since, &progress, &spec, &w.Restarts)
 	if err != nil {
 		return w, err
 	}
@@ -434,11 +436,14 @@ func scanWorkload(sc interface{ Scan(...any) error }) (store.Workload, error) {
 			return w, fmt.Errorf("workload %q: decode devices: %w", w.ID, err)
 		}
 	}
+	if w.Spec, err = readSpecColumn(spec); err != nil {
+		return w, fmt.Errorf("workload %q: %w", w.ID, err)
+	}
 	return w, nil
 }
 
 func (t *tx) CreateWorkload(w store.Workload) error {
-	_, err := t.exec(`INSERT INTO workloads (`+workloadCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, workloadArgs(w)...)
+	_, err := t.exec(`INSERT INTO workloads (`+workloadCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, workloadArgs(w)...)
 	if t.s.d.IsConflict(err) {
 		return fmt.Errorf("workload %q: %w", w.ID, store.ErrExists)
 	}
@@ -452,7 +457,7 @@ func (t *tx) PutWorkload(w store.Workload) error {
 	args := append(workloadArgs(w)[1:], w.ID)
 	res, err := t.exec(`UPDATE workloads SET name = ?, tenant = ?, kind = ?, class = ?, region = ?, image = ?, state = ?,
 		machine = ?, driver = ?, devices = ?, attempt = ?, mode_generation = ?, reason = ?, created = ?, since = ?,
-		progress = ? WHERE id = ?`, args...)
+		progress = ?, spec = ?, restarts = ? WHERE id = ?`, args...)
 	if err != nil {
 		return fmt.Errorf("workload %q: %w", w.ID, err)
 	}
@@ -518,12 +523,12 @@ func (t *tx) PutStatus(s store.StatusRecord) error {
 	if s.ExitCode != nil {
 		exit = sql.NullInt64{Int64: int64(*s.ExitCode), Valid: true}
 	}
-	_, err := t.exec(`INSERT INTO statuses (machine, workload, attempt, mode, generation, code, exit_code, detail, at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+	_, err := t.exec(`INSERT INTO statuses (machine, workload, attempt, mode, generation, code, exit_code, detail, at, restarts)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (machine, workload) DO UPDATE SET attempt = excluded.attempt, mode = excluded.mode,
 		generation = excluded.generation, code = excluded.code, exit_code = excluded.exit_code,
-		detail = excluded.detail, at = excluded.at`,
-		s.Machine, s.Workload, s.Attempt, string(s.Mode), s.Generation, string(s.Code), exit, s.Detail, ts(s.At))
+		detail = excluded.detail, at = excluded.at, restarts = excluded.restarts`,
+		s.Machine, s.Workload, s.Attempt, string(s.Mode), s.Generation, string(s.Code), exit, s.Detail, ts(s.At), s.Restarts)
 	return err
 }
 
@@ -533,7 +538,7 @@ func (t *tx) DeleteStatus(machineID, workloadID string) error {
 }
 
 func (t *tx) Statuses(machineID string) ([]store.StatusRecord, error) {
-	rows, err := t.query(`SELECT machine, workload, attempt, mode, generation, code, exit_code, detail, at
+	rows, err := t.query(`SELECT machine, workload, attempt, mode, generation, code, exit_code, detail, at, restarts
 		FROM statuses WHERE machine = ? ORDER BY workload`+t.s.d.Collate, machineID)
 	if err != nil {
 		return nil, err
@@ -545,7 +550,7 @@ func (t *tx) Statuses(machineID string) ([]store.StatusRecord, error) {
 		var mode, code string
 		var exit sql.NullInt64
 		var at int64
-		if err := rows.Scan(&s.Machine, &s.Workload, &s.Attempt, &mode, &s.Generation, &code, &exit, &s.Detail, &at); err != nil {
+		if err := rows.Scan(&s.Machine, &s.Workload, &s.Attempt, &mode, &s.Generation, &code, &exit, &s.Detail, &at, &s.Restarts); err != nil {
 			return nil, err
 		}
 		s.Mode, s.Code, s.At = protocol.Mode(mode), protocol.Code(code), fromTS(at)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -135,7 +136,11 @@ func testWorkloads(t *testing.T, s store.Store) {
 	w := store.Workload{ID: "w-1", Name: "web", Tenant: "acme", Kind: protocol.KindContainer, Class: "cpu-1",
 		Region: "eu", State: store.StatePending, Created: at, Since: at}
 	w2 := w
-	w2.ID, w2.Created, w2.State, w2.Machine = "w-2", at.Add(time.Second), store.StateRunning, "m-1"
+	w2.ID, w2.Created, w2.State, w2.Machine, w2.Restarts = "w-2", at.Add(time.Second), store.StateRunning, "m-1", 2
+	w2.Spec = protocol.WorkloadSpec{Command: []string{"serve", "--port", "8080"}, Env: map[string]string{"GREETING": "hi"},
+		SecretEnv: map[string]string{"TOKEN": "v1:sealed"}, Ports: []protocol.Port{{Host: 8080, Container: 80, Proto: "tcp"}},
+		Workdir: "/srv", Volumes: []protocol.Volume{{Name: "data", Path: "/data"}},
+		Restart: &protocol.RestartPolicy{Policy: protocol.RestartOnFailure, Max: 3}}
 	update(t, s, func(tx store.Tx) error {
 		if err := tx.CreateWorkload(w); err != nil {
 			return err
@@ -159,6 +164,11 @@ func testWorkloads(t *testing.T, s store.Store) {
 		running, _ := tx.Workloads(store.WorkloadFilter{States: []store.State{store.StateRunning}})
 		if len(running) != 1 || running[0].ID != "w-2" {
 			t.Errorf("running: got %+v", running)
+		} else if !reflect.DeepEqual(running[0].Spec, w2.Spec) || running[0].Restarts != 2 {
+			t.Errorf("spec: got %+v, want %+v", running[0].Spec, w2.Spec)
+		}
+		if !reflect.DeepEqual(got.Spec, protocol.WorkloadSpec{}) {
+			t.Errorf("w-1 has no spec, got %+v", got.Spec)
 		}
 		return nil
 	})
@@ -176,11 +186,12 @@ func testStatuses(t *testing.T, s store.Store) {
 	st := store.StatusRecord{Machine: "m-1", At: at, Status: protocol.Status{Workload: "w-1", Attempt: 2,
 		Mode: protocol.ModeRun, Generation: 7, Code: protocol.CodeExited, ExitCode: &code, Detail: "bye"}}
 	update(t, s, func(tx store.Tx) error { return tx.PutStatus(st) })
-	st.Code, st.ExitCode = protocol.CodeRunning, nil
+	st.Code, st.ExitCode, st.Restarts = protocol.CodeRunning, nil, 2
 	update(t, s, func(tx store.Tx) error { return tx.PutStatus(st) })
 	view(t, s, func(tx store.Tx) error {
 		got, err := tx.Statuses("m-1")
-		if err != nil || len(got) != 1 || got[0].Code != protocol.CodeRunning || got[0].ExitCode != nil || got[0].Generation != 7 {
+		if err != nil || len(got) != 1 || got[0].Code != protocol.CodeRunning || got[0].ExitCode != nil || got[0].Generation != 7 ||
+			got[0].Restarts != 2 {
 			t.Errorf("got %+v, %v", got, err)
 		}
 		return nil
