@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"sort"
 	"time"
@@ -64,8 +65,17 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			}
 			if errors.Is(err, hubclient.ErrReconnect) && !redirected {
 				// The hub is draining or moving this agent: it was just
-				// reachable, so redial at once, without backoff.
+				// reachable, so redial without backoff: at once to another
+				// replica, or after a random part of the window the hub
+				// sized to its fleet when it is restarting itself.
 				redirected = true
+				var re *hubclient.ReconnectError
+				if errors.As(err, &re) && re.Window > 0 {
+					wait := time.Duration(rand.Int64N(int64(re.Window)))
+					a.log.Info("the hub directed a reconnect to itself; redialling within its window", "detail", err, "wait", wait)
+					clock.Sleep(a.clk, wait, ctx.Done())
+					continue
+				}
 				a.log.Info("the hub directed a reconnect; redialling at once", "detail", err)
 				continue
 			}
@@ -96,6 +106,8 @@ func (a *Agent) syncLoop(ctx context.Context) {
 			continue
 		}
 		bo.Reset()
+		// After losing the hub, come back within the window it sized.
+		bo.Window = hubclient.WindowOf(resp)
 		redirected = false
 	}
 }

@@ -395,13 +395,15 @@ func TestLongPollAnsweredAtTimeoutWhenNothingChanges(t *testing.T) {
 		got <- resp
 	}()
 	waitTimers(t, h.clk, 1)
-	h.clk.Advance(DefaultPollTimeout - time.Second)
+	// The hold is jittered (polls.go): never under MinHoldFraction of
+	// the timeout, never over it.
+	h.clk.Advance(time.Duration(MinHoldFraction*float64(DefaultPollTimeout)) - time.Second)
 	select {
 	case resp := <-got:
-		t.Fatalf("answered before the timeout: %+v", resp)
+		t.Fatalf("answered before the shortest hold: %+v", resp)
 	default:
 	}
-	h.clk.Advance(time.Second)
+	h.clk.Advance(DefaultPollTimeout)
 	resp := <-got
 	if !resp.Unchanged || len(resp.Workloads) != 0 {
 		t.Fatalf("got %+v, want unchanged with nothing repeated", resp)

@@ -47,7 +47,7 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 	}
 	woken := false
 	if req.StoreID == h.store.ID() && req.Generation == gen && !h.logs.pending(machineID) {
-		t := h.clk.NewTimer(h.cfg.PollTimeout)
+		t := h.clk.NewTimer(holdFor(h.cfg.PollTimeout, nil))
 		h.polls.held.Add(1)
 		select {
 		case <-w.wake:

@@ -3,6 +3,8 @@ package hubclient
 import (
 	"math/rand/v2"
 	"time"
+
+	"einsora.dev/edge/protocol"
 )
 
 // Backoff computes reconnect waits with full jitter:
@@ -13,8 +15,22 @@ type Backoff struct {
 	Base time.Duration
 	Cap  time.Duration
 	// Rand returns a value in [0, n); nil means math/rand/v2.
-	Rand    func(n int64) int64
+	Rand func(n int64) int64
+	// Window is the hub's reconnect window, from its last answer
+	// (protocol.SyncResponse.ReconnectWindowMS): the first wait after a
+	// success is drawn from all of it (up to Cap), so that a fleet that
+	// lost its hub at one instant returns spread over what the hub sized
+	// for it, each agent once, not in a storm.
+	Window  time.Duration
 	attempt int
+}
+
+// WindowOf is the reconnect window of a hub's answer.
+func WindowOf(resp *protocol.SyncResponse) time.Duration {
+	if resp == nil || resp.ReconnectWindowMS <= 0 {
+		return 0
+	}
+	return time.Duration(min(resp.ReconnectWindowMS, int64(time.Hour/time.Millisecond))) * time.Millisecond
 }
 
 // Default backoff of reconnects.
@@ -36,6 +52,9 @@ func (b *Backoff) Next() time.Duration {
 	// Shift only while it cannot overflow and stays under the cap.
 	if b.attempt < 62 && base<<b.attempt > 0 && base<<b.attempt < limit {
 		ceiling = base << b.attempt
+	}
+	if b.attempt == 0 && b.Window > ceiling {
+		ceiling = min(b.Window, limit)
 	}
 	b.attempt++
 	rnd := b.Rand

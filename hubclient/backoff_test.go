@@ -3,6 +3,8 @@ package hubclient
 import (
 	"testing"
 	"time"
+
+	"einsora.dev/edge/protocol"
 )
 
 // ceilingRand returns the largest value it may: the ceiling of the range,
@@ -87,5 +89,32 @@ func TestBackoffSpreadsOverTheRange(t *testing.T) {
 		if c < n/10/2 {
 			t.Errorf("bucket %d of 10 holds %d of %d waits: not spread", i, c, n)
 		}
+	}
+}
+
+// The hub's reconnect window widens the first wait after a success to all
+// of it (capped); later waits double from the base as before.
+func TestBackoffFirstWaitSpansTheHubsWindow(t *testing.T) {
+	b := Backoff{Base: time.Second, Cap: time.Minute, Rand: ceilingRand}
+	b.Window = WindowOf(&protocol.SyncResponse{ReconnectWindowMS: 8000})
+	if b.Window != 8*time.Second {
+		t.Fatalf("window %s, want 8s", b.Window)
+	}
+	if got := b.Next(); got != 8*time.Second {
+		t.Errorf("first wait ceiling %s, want the window, 8s", got)
+	}
+	if got := b.Next(); got != 2*time.Second {
+		t.Errorf("second wait ceiling %s, want 2s, doubling from the base", got)
+	}
+	b.Reset()
+	b.Window = 10 * time.Minute
+	if got := b.Next(); got != time.Minute {
+		t.Errorf("a window over the cap: %s, want the cap", got)
+	}
+	if WindowOf(nil) != 0 || WindowOf(&protocol.SyncResponse{ReconnectWindowMS: -5}) != 0 {
+		t.Error("no window from a nil or negative answer")
+	}
+	if got := WindowOf(&protocol.SyncResponse{ReconnectWindowMS: 1 << 62}); got != time.Hour {
+		t.Errorf("a huge window: %s, want it bounded at an hour", got)
 	}
 }

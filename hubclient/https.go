@@ -203,6 +203,10 @@ type HTTPSConfig struct {
 	// PingAfter and PingTimeout override the package's HTTP/2 health
 	// check; zero means the constants.
 	PingAfter, PingTimeout time.Duration
+	// HTTP1 speaks HTTP/1.1 instead of HTTP/2: for measurements of the
+	// hub's cost per held poll (docs/performance.md). An agent keeps
+	// HTTP/2, whose pings notice a black-holed connection.
+	HTTP1 bool
 }
 
 // HTTPS is the transport of a networked agent: POST /agent/v1/sync over
@@ -210,11 +214,12 @@ type HTTPSConfig struct {
 // while syncs run (SetCertificate), and it follows directed reconnects.
 // It is safe for concurrent use.
 type HTTPS struct {
-	fp   [32]byte
-	clk  clock.Clock
-	dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	ping http.HTTP2Config
-	cert atomic.Pointer[tls.Certificate]
+	fp    [32]byte
+	clk   clock.Clock
+	dial  func(ctx context.Context, network, addr string) (net.Conn, error)
+	ping  http.HTTP2Config
+	http1 bool
+	cert  atomic.Pointer[tls.Certificate]
 
 	// mu guards the following fields.
 	mu        sync.Mutex
@@ -257,7 +262,8 @@ func NewHTTPS(cfg HTTPSConfig) (*HTTPS, error) {
 	}
 	t := &HTTPS{
 		fp: protocol.FingerprintOf(cfg.CA.Raw), clk: cfg.Clock, dial: cfg.DialContext, base: u.String(),
-		ping: http.HTTP2Config{SendPingTimeout: cmp.Or(cfg.PingAfter, PingAfter), PingTimeout: cmp.Or(cfg.PingTimeout, PingTimeout)},
+		ping:  http.HTTP2Config{SendPingTimeout: cmp.Or(cfg.PingAfter, PingAfter), PingTimeout: cmp.Or(cfg.PingTimeout, PingTimeout)},
+		http1: cfg.HTTP1,
 	}
 	c, err := withLeaf(cfg.Certificate)
 	if err != nil {
@@ -279,6 +285,11 @@ func (t *HTTPS) newPool() *pool {
 	tr.HTTP2 = &ping
 	if t.dial != nil {
 		tr.DialContext = t.dial
+	}
+	if t.http1 {
+		tr.ForceAttemptHTTP2, tr.HTTP2 = false, nil
+		tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+		tc.NextProtos = []string{"http/1.1"}
 	}
 	dtr := newHTTPTransport(tc)
 	dtr.ForceAttemptHTTP2 = false
@@ -407,10 +418,22 @@ func (t *HTTPS) Sync(ctx context.Context, req *protocol.SyncRequest) (*protocol.
 		if err != nil {
 			return nil, fmt.Errorf("sync: %w, to a URL this agent refuses: %w", ErrReconnect, err)
 		}
-		return nil, fmt.Errorf("sync: %w to %s", ErrReconnect, to)
+		return nil, fmt.Errorf("sync: %w", &ReconnectError{To: to, Window: WindowOf(&resp)})
 	}
 	return &resp, nil
 }
+
+// ReconnectError is a directed reconnect; it wraps ErrReconnect. Window is
+// set when the hub drains to its own address (it is restarting): the agent
+// redials after a uniformly random part of it. A reconnect to another
+// replica has none and stays immediate.
+type ReconnectError struct {
+	To     string
+	Window time.Duration
+}
+
+func (e *ReconnectError) Error() string { return ErrReconnect.Error() + " to " + e.To }
+func (e *ReconnectError) Unwrap() error { return ErrReconnect }
 
 // Renew posts a CSR to /agent/v1/renew over the current client certificate
 // and returns the new certificate. The caller installs it with

@@ -175,8 +175,10 @@ func TestSyncFollowsDirectedReconnect(t *testing.T) {
 	})
 	tr := newTransport(t, hubCA, draining.URL, nil)
 	req := &protocol.SyncRequest{ProtocolVersion: protocol.Version}
-	if _, err := tr.Sync(context.Background(), req); !errors.Is(err, ErrReconnect) {
-		t.Fatalf("got %v, want ErrReconnect", err)
+	_, err := tr.Sync(context.Background(), req)
+	var re *ReconnectError
+	if !errors.Is(err, ErrReconnect) || !errors.As(err, &re) || re.To != next.URL || re.Window != 0 {
+		t.Fatalf("got %v, want ErrReconnect to %s with no window (immediate)", err, next.URL)
 	}
 	if tr.URL() != next.URL {
 		t.Fatalf("transport dials %s, want %s", tr.URL(), next.URL)

@@ -142,6 +142,14 @@ type SyncResponse struct {
 	// Reconnect, when set, directs the agent to redial at once, to URL if
 	// it is not empty (a draining hub).
 	Reconnect *Reconnect `json:"reconnect,omitempty"`
+	// ReconnectWindowMS is the window, in milliseconds, that the hub
+	// sized to its fleet for agents to come back over after it restarts
+	// or drains to its own address: an agent that loses the hub, or is told
+	// to redial it, waits a uniformly random part of it first, so the
+	// fleet's handshakes spread out and each agent comes back once. Zero
+	// from hubs older than the field. A directed reconnect to another URL
+	// stays immediate.
+	ReconnectWindowMS int64 `json:"reconnect_window_ms,omitempty"`
 	// HubTime is the hub's clock when it answered, so an agent can warn
 	// about a skewed clock.
 	HubTime time.Time `json:"hub_time"`

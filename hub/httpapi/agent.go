@@ -38,6 +38,9 @@ func (a *API) SyncHandler(identify func(*http.Request) (string, error)) http.Han
 		}
 		out := *resp // a copy: resp may be the cached desired state
 		out.ProtocolVersion = protocol.Version
+		if a.ReconnectWindow != nil {
+			out.ReconnectWindowMS = a.ReconnectWindow().Milliseconds()
+		}
 		writeJSON(w, http.StatusOK, &out)
 	})
 }

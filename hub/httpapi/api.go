@@ -62,6 +62,9 @@ type API struct {
 	hub Hub
 	clk clock.Clock
 	log *slog.Logger
+	// ReconnectWindow, when set, is the window each sync answer tells
+	// agents to spread their return over (protocol.SyncResponse).
+	ReconnectWindow func() time.Duration
 }
 
 // New returns the HTTP surface of h. A nil clock is the real one, a nil

@@ -79,6 +79,17 @@ type Limits struct {
 	// IdleTimeout closes a connection that carried no request for that
 	// long: an agent's connection always carries its next poll.
 	IdleTimeout time.Duration
+	// ReconnectRate is how many agents a second the hub plans to take
+	// back after a restart or a drain: the reconnect window it tells
+	// agents is its connected fleet over this rate, and never under
+	// MinReconnectWindow. In the first StartPhase after the server starts
+	// (none by default: docs/performance.md shows why),
+	// machines' requests past this rate get 503 with a Retry-After at the
+	// next free slot, so a fleet that returns at once is queued over the
+	// window, after its handshake and never within it.
+	ReconnectRate      float64
+	MinReconnectWindow time.Duration
+	StartPhase         time.Duration
 }
 
 // Defaults. The ones that scale with the CPUs are in withDefaults.
@@ -103,6 +114,14 @@ const (
 	DefaultRetryAfter        = time.Second
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultIdleTimeout       = 90 * time.Second
+	// A TLS 1.3 handshake with ECDSA client certificates costs about
+	// 1 ms of one core here (docs/performance.md): a quarter of two cores.
+	DefaultReconnectRate      = 500
+	DefaultMinReconnectWindow = 3 * time.Second
+	// No start queue by default: with it, the fleet benchmark's restart
+	// took 13 s and 1.7 connections per agent; with the window alone, 3 s
+	// and 1.00 (docs/performance.md).
+	DefaultStartPhase time.Duration = 0
 )
 
 func orDefault[T int | float64 | time.Duration](v *T, d T) {
@@ -132,6 +151,9 @@ func (l Limits) withDefaults(cpus int) Limits {
 	orDefault(&l.RetryAfter, DefaultRetryAfter)
 	orDefault(&l.ReadHeaderTimeout, DefaultReadHeaderTimeout)
 	orDefault(&l.IdleTimeout, DefaultIdleTimeout)
+	orDefault(&l.ReconnectRate, DefaultReconnectRate)
+	orDefault(&l.MinReconnectWindow, DefaultMinReconnectWindow)
+	orDefault(&l.StartPhase, DefaultStartPhase)
 	return l
 }
 

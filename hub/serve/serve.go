@@ -88,6 +88,8 @@ type Server struct {
 	inflight   atomic.Int64
 	anonymous  atomic.Int64
 	refused    atomic.Int64
+	// gate queues machines' requests in the first phase after start.
+	gate *startGate
 
 	// mu guards the following fields.
 	mu       sync.Mutex
@@ -118,8 +120,10 @@ func NewServer(cfg Config) *Server {
 		enrollers: newBuckets(cfg.Clock, lim.EnrollRate, lim.EnrollBurst, maxBucketKeys),
 		untrusted: newSources(lim.MaxUntrustedPerSource, lim.MaxUntrusted),
 		polls:     make(map[*pollEntry]struct{}),
+		gate:      newStartGate(cfg.Clock, lim.ReconnectRate, lim.StartPhase),
 	}
 	s.api = httpapi.New(cfg.Hub, cfg.Clock, cfg.Logger)
+	s.api.ReconnectWindow = s.ReconnectWindow
 	s.base = &tls.Config{
 		MinVersion:       tls.VersionTLS13,
 		Certificates:     []tls.Certificate{cfg.Certificate},
@@ -270,6 +274,13 @@ func (s *Server) shed(next http.Handler) http.Handler {
 				s.busy(w, r)
 				return
 			}
+			if id, err := s.api.IdentifyClientCert(r); err == nil {
+				if ok, wait := s.gate.admit(id); !ok {
+					retryAfterHeader(w, wait)
+					writeError(w, http.StatusServiceUnavailable, "the hub just started and takes its machines back at a steady rate; come back after Retry-After")
+					return
+				}
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -361,6 +372,11 @@ func (s *Server) writeReconnect(w http.ResponseWriter) {
 		StoreID:         s.hub.StoreID(), Unchanged: true, Workloads: []protocol.DesiredWorkload{},
 		Reconnect: &protocol.Reconnect{URL: s.drainTo}, HubTime: s.clk.Now(),
 	}
+	if s.drainTo == "" {
+		// Back to this address, which is restarting: spread over the
+		// window. A drain to another replica stays immediate.
+		resp.ReconnectWindowMS = s.ReconnectWindow().Milliseconds()
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	json.NewEncoder(w).Encode(resp)
@@ -399,6 +415,14 @@ func (s *Server) Drain(ctx context.Context) error {
 		s.srv.Close()
 	}
 	return err
+}
+
+// ReconnectWindow is the window this server tells its agents to spread
+// their return over after it restarts or drains to its own address: the
+// machines connected now over Limits.ReconnectRate, at least
+// Limits.MinReconnectWindow.
+func (s *Server) ReconnectWindow() time.Duration {
+	return reconnectWindow(max(s.inflight.Load(), int64(s.hub.WaitingPolls())), s.limits.ReconnectRate, s.limits.MinReconnectWindow)
 }
 
 // Close stops the server at once, cutting every connection: what a crash

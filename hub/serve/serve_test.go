@@ -448,8 +448,8 @@ func TestRestartKeepsWorkloadsAndSpreadsReconnects(t *testing.T) {
 	if busiest > agents/4 {
 		t.Errorf("%d of %d agents reconnected within the same 10ms", busiest, agents)
 	}
-	if per := float64(attempts) / float64(agents); per > 3 {
-		t.Errorf("%.1f attempts per agent to reconnect, want about one", per)
+	if per := float64(attempts) / float64(agents); per > 1.3 {
+		t.Errorf("%.2f attempts per agent to reconnect, want at most 1.3", per)
 	}
 	t.Logf("hub down %s; reconnects from +%s to +%s after it came back, span %s, busiest 10ms: %d, attempts per agent: %.2f",
 		up.Sub(down).Round(time.Millisecond), instants[0].Sub(up).Round(time.Millisecond),

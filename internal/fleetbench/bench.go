@@ -28,6 +28,9 @@ type Config struct {
 	Window time.Duration
 	// Changes is the number of single-workload changes measured.
 	Changes int
+	// HTTP1 makes the agents speak HTTP/1.1 instead of HTTP/2, to compare
+	// the servers' cost per held poll.
+	HTTP1 bool
 	// Dir holds the hub's data and logs.
 	Dir string
 	Out io.Writer
@@ -114,7 +117,7 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	if err != nil {
 		return r, err
 	}
-	f, err := newFleet(t.url(), creds)
+	f, err := newFleet(t.url(), creds, cfg.HTTP1)
 	if err != nil {
 		return r, err
 	}

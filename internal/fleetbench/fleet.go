@@ -51,10 +51,10 @@ type cred struct {
 // of one workload per machine fits beside the change phase's.
 var inventory = protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 2, MemoryMB: 8192, Drivers: []string{"sim"}}
 
-func newFleet(url string, creds []cred) (*fleet, error) {
+func newFleet(url string, creds []cred, http1 bool) (*fleet, error) {
 	f := &fleet{wakes: make(chan wake, 4*len(creds)+64)}
 	for i, c := range creds {
-		tr, err := hubclient.NewHTTPS(hubclient.HTTPSConfig{URL: url, CA: c.ca, Certificate: c.cert, DialContext: f.m.dialer(i)})
+		tr, err := hubclient.NewHTTPS(hubclient.HTTPSConfig{URL: url, CA: c.ca, Certificate: c.cert, DialContext: f.m.dialer(i), HTTP1: http1})
 		if err != nil {
 			return nil, fmt.Errorf("agent %d: %w", i, err)
 		}
@@ -120,6 +120,7 @@ func (a *simAgent) loop(ctx context.Context, f *fleet) {
 			continue
 		}
 		bo.Reset()
+		bo.Window = hubclient.WindowOf(resp) // as the agent does
 		sentInventory = true
 		a.lastOK.Store(time.Now().UnixNano())
 		if resp.Unchanged {

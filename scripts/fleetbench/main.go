@@ -29,6 +29,7 @@ func main() {
 	flag.DurationVar(&cfg.Window, "window", 50*time.Second, "how long idle CPU and traffic are measured: a whole number of poll holds (25 s), so every agent polls as often in it")
 	flag.IntVar(&cfg.Changes, "changes", 60, "single-workload changes measured (create, park, run cycles)")
 	keep := flag.Bool("keep", false, "keep the hub's data directory and logs")
+	flag.BoolVar(&cfg.HTTP1, "http1", false, "agents speak HTTP/1.1 instead of HTTP/2, to compare the servers' memory per held poll")
 	flag.Parse()
 	self, err := os.Executable()
 	if err != nil {
