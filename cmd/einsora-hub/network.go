@@ -71,7 +71,7 @@ func limitFlags(f *pflag.FlagSet, l *serve.Limits) {
 	f.IntVar(&l.MaxActive, "max-active", 0, "machines' requests in flight, waiting polls aside (default 256 per CPU)")
 	f.Float64Var(&l.ReconnectRate, "reconnect-rate", 0, fmt.Sprintf("machines a second the hub takes back after a restart or drain; sizes the window agents spread over (default %d)", serve.DefaultReconnectRate))
 	f.DurationVar(&l.MinReconnectWindow, "reconnect-window-min", 0, fmt.Sprintf("least reconnect window told to agents (default %s)", serve.DefaultMinReconnectWindow))
-	f.DurationVar(&l.StartPhase, "start-phase", 0, fmt.Sprintf("how long after start machines' requests past --reconnect-rate are queued with Retry-After (default: no queue)"))
+	f.DurationVar(&l.StartPhase, "start-phase", 0, "how long after start machines' requests past --reconnect-rate are queued with Retry-After (default: no queue)")
 	// Unauthenticated callers (enrolment, renewal by token).
 	f.Float64Var(&l.EnrollRate, "enroll-rate", 0, fmt.Sprintf("unauthenticated requests a second per source address or IPv6 /64 (default %d)", serve.DefaultEnrollRate))
 	f.IntVar(&l.EnrollBurst, "enroll-burst", 0, fmt.Sprintf("unauthenticated requests a source may make at once (default %d)", serve.DefaultEnrollBurst))
