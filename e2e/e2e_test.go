@@ -47,7 +47,7 @@ type solo struct {
 	data   string
 	url    string
 	cmd    *exec.Cmd
-	logs   *bytes.Buffer
+	logs   *lockedBuffer
 	exited chan error
 }
 
@@ -63,8 +63,8 @@ func startSoloWith(t *testing.T, data, drivers string) *solo {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &bytes.Buffer{}
-	cmd.Stderr = &lockedWriter{w: logs}
+	logs := newLockedBuffer()
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -159,12 +159,6 @@ func (s *solo) simRecord(id string) map[string]any {
 	json.Unmarshal(b, &rec)
 	return rec
 }
-
-type lockedWriter struct {
-	w *bytes.Buffer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) { return l.w.Write(p) }
 
 func TestSoloWorkloadLifecycle(t *testing.T) {
 	data := t.TempDir()
