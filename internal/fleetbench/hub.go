@@ -52,7 +52,7 @@ func (h *hubTarget) pid() int     { return h.p.cmd.Process.Pid }
 func (h *hubTarget) kill()        { h.p.kill() }
 
 func (h *hubTarget) start() error {
-	cmd := exec.Command(h.bin, "serve", "--data", filepath.Join(h.dir, "data"), "--listen", h.listen, "--admin", h.admin, "--region", benchRegion)
+	cmd := exec.Command(h.bin, "serve", "--data", filepath.Join(h.dir, "data"), "--listen", h.listen, "--admin", h.admin, "--region", benchRegion, "--allow-sim")
 	p, line, err := startProcess(cmd, filepath.Join(h.dir, "hub.log"), "agents connect to")
 	if err != nil {
 		return err
