@@ -70,6 +70,11 @@ type Config struct {
 	// SecretKey (32 bytes, LoadOrCreateSecretKey) seals workloads' secret
 	// environment in the store; nil refuses secrets.
 	SecretKey []byte
+	// URL is this replica's own agents' URL (https://HOST:PORT), as
+	// agents reach this one process and not a load balancer in front of
+	// several; "" when not known. Replicas publish it so agents can move
+	// between them and a log upload can reach the replica that asked.
+	URL string
 }
 
 // Defaults from ADR-0016 and the issues that refine it.

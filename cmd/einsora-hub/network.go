@@ -53,6 +53,7 @@ authority in --data. SIGINT or SIGTERM drains: waiting agents are told to reconn
 	f.StringArrayVar(&opts.Regions, "region", []string{"local"}, "region this hub leads, placing its workloads (repeatable; '*' leads every region that has a machine or a token); each has its own lease, so replicas can split regions")
 	f.BoolVar(&opts.Hub.AllowSim, "allow-sim", false, "accept machines that offer the sim driver, which runs nothing (development and tests)")
 	f.StringArrayVar(&opts.Names, "name", nil, "a host name or address agents use to reach the hub (repeatable); the server certificate holds it")
+	f.StringVar(&opts.Hub.URL, "url", "", "this replica's own URL as agents reach it (https://HOST:PORT), not a load balancer's; replicas on one store publish it to each other")
 	f.StringVar(&opts.DrainTo, "drain-to", "", "on shutdown, send waiting agents to this hub URL (https://HOST:PORT) instead of back here")
 	f.DurationVar(&opts.Hub.PollTimeout, "poll-timeout", 0, "how long a sync is held when nothing changed (default 25s)")
 	f.DurationVar(&opts.ClientCertLifetime, "cert-lifetime", 0, "how long machines' certificates are valid (default 720h); agents renew at about 70%")

@@ -80,6 +80,11 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
+	if opts.Hub.URL != "" {
+		if err := checkReplicaURL(opts.Hub.URL); err != nil {
+			return err
+		}
+	}
 	adminTLS, err := adminTLSConfig(opts)
 	if err != nil {
 		return err
@@ -221,6 +226,13 @@ func Run(ctx context.Context, opts Options) error {
 func checkDrainTo(s string) error {
 	if !strings.HasPrefix(s, "https://") || strings.ContainsAny(s, " \t\n") {
 		return errorf("--drain-to %q: want the https:// URL of the hub the agents should move to", s)
+	}
+	return nil
+}
+
+func checkReplicaURL(s string) error {
+	if !strings.HasPrefix(s, "https://") || strings.ContainsAny(s, " \t\n") {
+		return errorf("--url %q: want the https:// URL agents reach this replica at, e.g. https://hub-2.example.net:8443", s)
 	}
 	return nil
 }
