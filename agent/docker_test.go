@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -11,19 +10,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/moby/moby/api/types/build"
 	"github.com/moby/moby/client"
 
 	"einsora.dev/edge/drivers"
 	"einsora.dev/edge/drivers/docker"
+	"einsora.dev/edge/internal/dockertest"
 	"einsora.dev/edge/internal/testnet"
 	"einsora.dev/edge/protocol"
 )
@@ -33,64 +29,8 @@ import (
 // or fails when EINSORA_REQUIRE_DOCKER=1.
 func dockerTestprog(t *testing.T) (*client.Client, string) {
 	t.Helper()
-	cli, err := client.New(client.FromEnv)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		var v client.ServerVersionResult
-		if v, err = cli.ServerVersion(ctx, client.ServerVersionOptions{}); err == nil {
-			return cli, buildTestprog(t, cli, v.Arch)
-		}
-	}
-	if os.Getenv("EINSORA_REQUIRE_DOCKER") == "1" {
-		t.Fatalf("no Docker engine answers and EINSORA_REQUIRE_DOCKER=1: %v", err)
-	}
-	t.Skipf("no Docker engine answers (%v)", err)
-	return nil, ""
-}
-
-func buildTestprog(t *testing.T, cli *client.Client, arch string) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "testprog")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "../drivers/docker/testdata/testprog")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build testprog: %v\n%s", err, out)
-	}
-	prog, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for name, b := range map[string][]byte{
-		"testprog":   prog,
-		"Dockerfile": []byte("FROM scratch\nCOPY testprog /testprog\nENTRYPOINT [\"/testprog\"]\n"),
-	} {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(b))}); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write(b)
-	}
-	tw.Close()
-	tag := "einsora-test-agent-" + randHex() + ":latest"
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	res, err := cli.ImageBuild(ctx, &buf, client.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true, Version: build.BuilderV1})
-	if err != nil {
-		t.Fatalf("build %s: %v", tag, err)
-	}
-	out, err := io.ReadAll(res.Body)
-	res.Body.Close()
-	if err != nil || bytes.Contains(out, []byte(`"errorDetail"`)) {
-		t.Fatalf("build %s: %v %s", tag, err, out)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		cli.ImageRemove(ctx, tag, client.ImageRemoveOptions{Force: true, PruneChildren: true})
-	})
-	return tag
+	cli, _ := dockertest.Engine(t)
+	return cli, dockertest.Image(t, "einsora-test-agent")
 }
 
 func randHex() string {

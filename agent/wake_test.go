@@ -5,9 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,6 +12,7 @@ import (
 	"einsora.dev/edge/drivers"
 	"einsora.dev/edge/drivers/docker"
 	"einsora.dev/edge/drivers/sim"
+	"einsora.dev/edge/internal/dockertest"
 	"einsora.dev/edge/protocol"
 )
 
@@ -49,32 +47,7 @@ func TestDefaultApplyInterval(t *testing.T) {
 // test program that exits with code 3.
 func exitImage(t *testing.T) string {
 	t.Helper()
-	if out, err := exec.Command("docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
-		if os.Getenv("EINSORA_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("no Docker Engine answers and EINSORA_REQUIRE_DOCKER=1: %v: %s", err, out)
-		}
-		t.Skipf("no Docker Engine answers (%v); set EINSORA_REQUIRE_DOCKER=1 to fail instead", err)
-	}
-	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "testprog"), "../drivers/docker/testdata/testprog")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build test program: %v\n%s", err, out)
-	}
-	df := "FROM scratch\nCOPY testprog /testprog\nENTRYPOINT [\"/testprog\", \"exit\", \"3\"]\n"
-	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var b [4]byte
-	rand.Read(b[:])
-	tag := "einsora-agent-test-" + hex.EncodeToString(b[:]) + ":exit3"
-	cmd := exec.Command("docker", "build", "-q", "-t", tag, dir)
-	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("docker build: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("docker", "rmi", "-f", tag).Run() })
-	return tag
+	return dockertest.Image(t, "einsora-agent-test", "exit", "3")
 }
 
 // On Docker the apply loop wakes on the engine's events: a container that

@@ -1,51 +1,25 @@
 package e2e
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"einsora.dev/edge/internal/dockertest"
 )
 
 // requireDocker skips without an engine, or fails when
 // EINSORA_REQUIRE_DOCKER=1 (CI), so these tests never silently vanish.
 func requireDocker(t *testing.T) {
 	t.Helper()
-	if out, err := exec.Command("docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
-		if os.Getenv("EINSORA_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("no Docker Engine answers and EINSORA_REQUIRE_DOCKER=1: %v: %s", err, out)
-		}
-		t.Skipf("no Docker Engine answers (%v); set EINSORA_REQUIRE_DOCKER=1 to fail instead", err)
-	}
+	dockertest.Engine(t)
 }
 
 // scratchImage builds an image FROM scratch holding the docker driver's
 // static test program, which serves until stopped.
 func scratchImage(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "testprog"), "../drivers/docker/testdata/testprog")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build test program: %v\n%s", err, out)
-	}
-	df := "FROM scratch\nCOPY testprog /testprog\nENTRYPOINT [\"/testprog\", \"serve\"]\n"
-	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var b [4]byte
-	rand.Read(b[:])
-	tag := "einsora-e2e-" + hex.EncodeToString(b[:]) + ":1"
-	cmd := exec.Command("docker", "build", "-q", "-t", tag, dir)
-	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("docker build: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("docker", "rmi", "-f", tag).Run() })
-	return tag
+	return dockertest.Image(t, "einsora-e2e", "serve")
 }
 
 func containerState(t *testing.T, name string) string {

@@ -1,19 +1,17 @@
 package e2e
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"einsora.dev/edge/internal/dockertest"
 )
 
 // httpImage builds an image FROM scratch whose entrypoint is the docker
@@ -21,26 +19,7 @@ import (
 // the mode: "http" serves GET /env/NAME on :8080.
 func httpImage(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "testprog"), "../drivers/docker/testdata/testprog")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build test program: %v\n%s", err, out)
-	}
-	df := "FROM scratch\nCOPY testprog /testprog\nENTRYPOINT [\"/testprog\"]\nCMD [\"serve\"]\n"
-	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var b [4]byte
-	rand.Read(b[:])
-	tag := "einsora-e2e-http-" + hex.EncodeToString(b[:]) + ":1"
-	cmd := exec.Command("docker", "build", "-q", "-t", tag, dir)
-	cmd.Env = append(os.Environ(), "DOCKER_BUILDKIT=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("docker build: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("docker", "rmi", "-f", tag).Run() })
-	return tag
+	return dockertest.Image(t, "einsora-e2e-http", "serve")
 }
 
 func getEnv(port int, name string) (string, error) {

@@ -6,21 +6,19 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/moby/moby/api/types/build"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+
+	"einsora.dev/edge/internal/dockertest"
 )
 
 // runID makes this test process's names unique, so parallel runs against
@@ -34,40 +32,16 @@ var runID = func() string {
 // testPrefix begins every workload ID the tests use.
 var testPrefix = "t-" + runID + "-"
 
-var engine struct {
-	once sync.Once
-	cli  *client.Client
-	err  error
-	arch string
-}
+// engine is the client requireEngine handed out, for sweep.
+var engine *client.Client
 
 // requireEngine returns a client for the engine the tests run against.
 // Without one it skips the test, or fails it when EINSORA_REQUIRE_DOCKER=1.
 func requireEngine(t testing.TB) *client.Client {
 	t.Helper()
-	engine.once.Do(func() {
-		cli, err := client.New(client.FromEnv)
-		if err != nil {
-			engine.err = err
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		v, err := cli.ServerVersion(ctx, client.ServerVersionOptions{})
-		if err != nil {
-			cli.Close()
-			engine.err = err
-			return
-		}
-		engine.cli, engine.arch = cli, v.Arch
-	})
-	if engine.err != nil {
-		if os.Getenv("EINSORA_REQUIRE_DOCKER") == "1" {
-			t.Fatalf("no Docker engine answers and EINSORA_REQUIRE_DOCKER=1: %v", engine.err)
-		}
-		t.Skipf("no Docker engine answers (%v); set EINSORA_REQUIRE_DOCKER=1 to fail instead", engine.err)
-	}
-	return engine.cli
+	cli, _ := dockertest.Engine(t)
+	engine = cli
+	return cli
 }
 
 func testCtx(t testing.TB) context.Context {
@@ -112,7 +86,7 @@ var images struct {
 	once sync.Once
 	imgs testImages
 	err  error
-	made []string
+	made map[string]string
 }
 
 // requireImages builds the test images once per test process; TestMain
@@ -120,103 +94,30 @@ var images struct {
 func requireImages(t testing.TB) testImages {
 	t.Helper()
 	cli := requireEngine(t)
-	images.once.Do(func() { images.imgs, images.err = buildImages(cli) })
+	_, arch := dockertest.Engine(t)
+	images.once.Do(func() {
+		images.made, images.err = dockertest.Build(cli, arch, "einsora-test-"+runID, map[string][]string{
+			"serve": {"serve"},
+			"exit3": {"exit", "3"},
+			"exit0": {"exit", "0"},
+			"oom":   {"oom"},
+		})
+		m := images.made
+		images.imgs = testImages{serve: m["serve"], exit3: m["exit3"], exit0: m["exit0"], oom: m["oom"]}
+	})
 	if images.err != nil {
 		t.Fatalf("build test images: %v", images.err)
 	}
 	return images.imgs
 }
 
-func buildImages(cli *client.Client) (testImages, error) {
-	dir, err := os.MkdirTemp("", "einsora-testprog-")
-	if err != nil {
-		return testImages{}, err
-	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "testprog")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./testdata/testprog")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+engine.arch)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return testImages{}, fmt.Errorf("go build testprog: %v\n%s", err, out)
-	}
-	prog, err := os.ReadFile(bin)
-	if err != nil {
-		return testImages{}, err
-	}
-	cmds := map[string]string{
-		"serve": `["serve"]`,
-		"exit3": `["exit", "3"]`,
-		"exit0": `["exit", "0"]`,
-		"oom":   `["oom"]`,
-	}
-	files := map[string][]byte{"testprog": prog}
-	for mode, c := range cmds {
-		files["Dockerfile."+mode] = fmt.Appendf(nil, "FROM scratch\nCOPY testprog /testprog\nENTRYPOINT [\"/testprog\"]\nCMD %s\n", c)
-	}
-	ctxTar, err := tarFiles(files)
-	if err != nil {
-		return testImages{}, err
-	}
-	tags := make(map[string]string)
-	for mode := range cmds {
-		tag := "einsora-test-" + runID + ":" + mode
-		if err := buildImage(cli, ctxTar, "Dockerfile."+mode, tag); err != nil {
-			return testImages{}, err
-		}
-		images.made = append(images.made, tag)
-		tags[mode] = tag
-	}
-	return testImages{serve: tags["serve"], exit3: tags["exit3"], exit0: tags["exit0"], oom: tags["oom"]}, nil
-}
-
-func buildImage(cli *client.Client, context_ []byte, dockerfile, tag string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	res, err := cli.ImageBuild(ctx, bytes.NewReader(context_), client.ImageBuildOptions{
-		Tags:        []string{tag},
-		Dockerfile:  dockerfile,
-		Remove:      true,
-		ForceRemove: true,
-		Version:     build.BuilderV1,
-	})
-	if err != nil {
-		return fmt.Errorf("build %s: %w", tag, err)
-	}
-	defer res.Body.Close()
-	out, err := io.ReadAll(res.Body)
-	if err != nil {
-		return fmt.Errorf("build %s: %w", tag, err)
-	}
-	if bytes.Contains(out, []byte(`"errorDetail"`)) {
-		return fmt.Errorf("build %s: %s", tag, out)
-	}
-	return nil
-}
-
-func tarFiles(files map[string][]byte) ([]byte, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for name, b := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(b))}); err != nil {
-			return nil, err
-		}
-		if _, err := tw.Write(b); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
 // sweep removes whatever this test process left on the engine: containers
 // and volumes named for its workloads, and its images.
 func sweep() {
-	if engine.cli == nil {
+	if engine == nil {
 		return
 	}
-	cli := engine.cli
+	cli := engine
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	prefix := NamePrefix + testPrefix
@@ -234,9 +135,7 @@ func sweep() {
 			}
 		}
 	}
-	for _, tag := range images.made {
-		_, _ = cli.ImageRemove(ctx, tag, client.ImageRemoveOptions{Force: true, PruneChildren: true})
-	}
+	dockertest.Remove(cli, images.made)
 }
 
 func TestMain(m *testing.M) {
@@ -264,7 +163,7 @@ func containerID(t testing.TB, w string) string {
 func writeData(t *testing.T, w, name, content string) {
 	t.Helper()
 	cli := requireEngine(t)
-	b, err := tarFiles(map[string][]byte{name: []byte(content)})
+	b, err := dockertest.TarFiles(map[string][]byte{name: []byte(content)})
 	if err != nil {
 		t.Fatal(err)
 	}
