@@ -1,0 +1,121 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"einsora.dev/edge/hub"
+	"einsora.dev/edge/protocol"
+)
+
+// A user's log request held by replica A reaches the machine whose poll
+// replica B holds, through the store's notifications, and names A's URL:
+// the upload goes to A, and A's reader gets the lines (issue 18).
+func TestLogsAskedOnOneReplicaUploadedToIt(t *testing.T) {
+	dsn := testDSN(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const urlA, urlB = "https://hub-a.test:8443", "https://hub-b.test:8443"
+	newHub := func(holder, url string) *hub.Hub {
+		h, err := hub.New(ctx, hub.Config{AllowSim: true, Store: open(t, dsn), Logger: log, HolderID: holder, URL: url,
+			PollTimeout: time.Minute, ControllerInterval: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	a, b := newHub("hub-a", urlA), newHub("hub-b", urlB)
+	byURL := map[string]*hub.Hub{urlA: a, urlB: b}
+	must(t, a.CreateTenant(ctx, "local"))
+	must(t, a.RegisterMachine(ctx, "m-1", "m-1", "local", "local"))
+	inv := &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 8, MemoryMB: 16384, Drivers: []string{"sim"}}
+	first, err := b.Sync(ctx, "m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version, Inventory: inv})
+	must(t, err)
+	done := make(chan struct{}, 2)
+	for _, h := range []*hub.Hub{a, b} {
+		go func() { h.Run(ctx); done <- struct{}{} }()
+	}
+	defer func() { cancel(); <-done; <-done }()
+
+	w, err := a.CreateWorkload(ctx, hub.WorkloadSpec{Tenant: "local", Name: "web", Kind: protocol.KindContainer, Class: "cpu-1", Region: "local"})
+	must(t, err)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		got, err := a.Workload(ctx, w.ID)
+		must(t, err)
+		if got.Machine == "m-1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workload not placed: %s", got.State)
+		}
+	}
+
+	// The machine polls B, and only B, as a load balancer sent it there.
+	asked := make(chan protocol.LogRequest, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		req := &protocol.SyncRequest{ProtocolVersion: protocol.Version, StoreID: first.StoreID, Generation: first.Generation}
+		for ctx.Err() == nil {
+			resp, err := b.Sync(ctx, "m-1", req)
+			if err != nil {
+				return
+			}
+			if len(resp.Logs) > 0 {
+				asked <- resp.Logs[0]
+				return
+			}
+			req = &protocol.SyncRequest{ProtocolVersion: protocol.Version, StoreID: resp.StoreID, Generation: resp.Generation}
+		}
+	})
+	time.Sleep(100 * time.Millisecond) // let the poll reach its wait on B
+
+	type result struct {
+		lines []string
+		err   error
+	}
+	read := make(chan result, 1)
+	go func() {
+		var r result
+		r.err = a.WorkloadLogs(ctx, w.ID, hub.LogOptions{Tail: 10}, func(l protocol.LogLine) error {
+			r.lines = append(r.lines, l.Line)
+			return nil
+		})
+		read <- r
+	}()
+	var req protocol.LogRequest
+	select {
+	case req = <-asked:
+	case r := <-read:
+		t.Fatalf("B never handed A's log request to the machine: %v", r.err)
+	}
+	if req.Workload != w.ID || req.Tail != 10 || req.URL != urlA {
+		t.Fatalf("the machine was asked %+v, want workload %s, tail 10, URL %s", req, w.ID, urlA)
+	}
+	// The agent uploads to the request's URL, else to the hub it polls.
+	to := b
+	if req.URL != "" {
+		to = byURL[req.URL]
+	}
+	var body strings.Builder
+	for i, l := range []string{"one", "two"} {
+		q, _ := json.Marshal(l)
+		fmt.Fprintf(&body, `{"t":"2026-12-01T10:00:0%dZ","s":"stdout","l":%s}`+"\n", i, q)
+	}
+	if err := to.AcceptLogs(ctx, "m-1", req.Token, strings.NewReader(body.String())); err != nil {
+		t.Fatalf("upload to %s: %v", req.URL, err)
+	}
+	r := <-read
+	if r.err != nil || strings.Join(r.lines, ",") != "one,two" {
+		t.Fatalf("A's reader got %q, %v", r.lines, r.err)
+	}
+}
