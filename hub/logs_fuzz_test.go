@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"einsora.dev/edge/protocol"
@@ -69,7 +70,8 @@ func FuzzDecodeLogNote(f *testing.F) {
 		}
 		// What is accepted is within every bound, and encodes again
 		// to a note that decodes to the same request.
-		if len(machine) > protocol.MaxIDLength || len(req.Workload) > protocol.MaxIDLength || len(req.URL) > protocol.MaxLogURLBytes || req.Tail < 0 {
+		if len(machine) > protocol.MaxIDLength || len(req.Workload) > protocol.MaxIDLength || len(req.URL) > protocol.MaxLogURLBytes || req.Tail < 0 ||
+			!strings.HasPrefix(req.URL, "https://") || len(req.Token) != 32 {
 			t.Fatalf("accepted out of bounds: %q %+v", machine, req)
 		}
 		again, err := encodeLogNote(machine, req)
