@@ -2,28 +2,68 @@ package postgres
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"einsora.dev/edge/hub"
+	"einsora.dev/edge/hub/ca"
+	"einsora.dev/edge/hub/httpapi"
+	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/protocol"
 )
 
 // A user's log request held by replica A reaches the machine whose poll
 // replica B holds, through the store's notifications, and names A's URL:
-// the upload goes to A, and A's reader gets the lines (issue 18).
+// the machine uploads straight to A over mutual TLS (its certificate, the
+// CA it pins, A's name), and A's reader gets the lines (issue 18).
 func TestLogsAskedOnOneReplicaUploadedToIt(t *testing.T) {
 	dsn := testDSN(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	const urlA, urlB = "https://hub-a.test:8443", "https://hub-b.test:8443"
+	authority, err := ca.Open(ca.Options{Dir: t.TempDir()})
+	must(t, err)
+	serverCert, err := authority.ServerCertificate([]string{"localhost"})
+	must(t, err)
+	// Each replica's agent API, as serve has it, on loopback under the
+	// name its certificate covers.
+	listen := func() (net.Listener, string) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		must(t, err)
+		return ln, "https://localhost:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	}
+	lnA, urlA := listen()
+	lnB, urlB := listen()
+	serveAgents := func(h *hub.Hub, ln net.Listener) {
+		identify := func(r *http.Request) (string, error) {
+			if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+				return "", errors.New("no client certificate")
+			}
+			return ca.MachineID(r.TLS.VerifiedChains[0][0])
+		}
+		mux := http.NewServeMux()
+		mux.Handle(protocol.LogsPath, httpapi.New(h, nil, log).LogsHandler(identify))
+		srv := &http.Server{Handler: mux, TLSConfig: &tls.Config{Certificates: []tls.Certificate{serverCert},
+			ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: authority.Pool(), MinVersion: tls.VersionTLS13}}
+		go srv.ServeTLS(ln, "", "")
+		t.Cleanup(func() { srv.Close() })
+	}
 	newHub := func(holder, url string) *hub.Hub {
 		h, err := hub.New(ctx, hub.Config{AllowSim: true, Store: open(t, dsn), Logger: log, HolderID: holder, URL: url,
 			PollTimeout: time.Minute, ControllerInterval: 100 * time.Millisecond})
@@ -33,7 +73,8 @@ func TestLogsAskedOnOneReplicaUploadedToIt(t *testing.T) {
 		return h
 	}
 	a, b := newHub("hub-a", urlA), newHub("hub-b", urlB)
-	byURL := map[string]*hub.Hub{urlA: a, urlB: b}
+	serveAgents(a, lnA)
+	serveAgents(b, lnB)
 	must(t, a.CreateTenant(ctx, "local"))
 	must(t, a.RegisterMachine(ctx, "m-1", "m-1", "local", "local"))
 	inv := &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 8, MemoryMB: 16384, Drivers: []string{"sim"}}
@@ -58,7 +99,21 @@ func TestLogsAskedOnOneReplicaUploadedToIt(t *testing.T) {
 		}
 	}
 
-	// The machine polls B, and only B, as a load balancer sent it there.
+	// The machine polls B, and only B, as a load balancer sent it there;
+	// its transport's hub is B.
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must(t, err)
+	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	must(t, err)
+	csr, err := x509.ParseCertificateRequest(csrDER)
+	must(t, err)
+	certPEM, _, err := authority.SignMachine(csr, "m-1")
+	must(t, err)
+	blk, _ := pem.Decode(certPEM)
+	tr, err := hubclient.NewHTTPS(hubclient.HTTPSConfig{URL: urlB, CA: authority.Certificate(),
+		Certificate: tls.Certificate{Certificate: [][]byte{blk.Bytes}, PrivateKey: key}})
+	must(t, err)
+	defer tr.Close()
 	asked := make(chan protocol.LogRequest, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -101,18 +156,14 @@ func TestLogsAskedOnOneReplicaUploadedToIt(t *testing.T) {
 	if req.Workload != w.ID || req.Tail != 10 || req.URL != urlA {
 		t.Fatalf("the machine was asked %+v, want workload %s, tail 10, URL %s", req, w.ID, urlA)
 	}
-	// The agent uploads to the request's URL, else to the hub it polls.
-	to := b
-	if req.URL != "" {
-		to = byURL[req.URL]
-	}
 	var body strings.Builder
 	for i, l := range []string{"one", "two"} {
 		q, _ := json.Marshal(l)
 		fmt.Fprintf(&body, `{"t":"2026-12-01T10:00:0%dZ","s":"stdout","l":%s}`+"\n", i, q)
 	}
-	if err := to.AcceptLogs(ctx, "m-1", req.Token, strings.NewReader(body.String())); err != nil {
-		t.Fatalf("upload to %s: %v", req.URL, err)
+	// As the agent does: to the request's URL, else to its hub (B).
+	if err := tr.UploadLogsTo(ctx, req.URL, req.Token, strings.NewReader(body.String())); err != nil {
+		t.Fatalf("upload to %q: %v", req.URL, err)
 	}
 	r := <-read
 	if r.err != nil || strings.Join(r.lines, ",") != "one,two" {
