@@ -75,6 +75,9 @@ func TestLogsAskedOnOneReplicaUploadedToIt(t *testing.T) {
 	a, b := newHub("hub-a", urlA), newHub("hub-b", urlB)
 	serveAgents(a, lnA)
 	serveAgents(b, lnB)
+	// A loaded test machine must not turn a slow hand-out into a miss.
+	a.SetLogLimits(20*time.Second, 0)
+	b.SetLogLimits(20*time.Second, 0)
 	must(t, a.CreateTenant(ctx, "local"))
 	must(t, a.RegisterMachine(ctx, "m-1", "m-1", "local", "local"))
 	inv := &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 8, MemoryMB: 16384, Drivers: []string{"sim"}}
