@@ -185,9 +185,11 @@ func (h *Hub) WorkloadLogs(ctx context.Context, id string, o LogOptions, emit fu
 	}
 	defer h.logs.unregister(want)
 	// The machine's poll held here is woken; one held by another replica
-	// is woken by that replica when the notification reaches it.
+	// is woken by that replica when the notification reaches it. A poll
+	// held here takes the request now: the others need not hold it.
+	heldHere := h.polls.connected(w.Machine)
 	h.Wake(w.Machine)
-	if req.URL != "" {
+	if req.URL != "" && !heldHere {
 		h.publishLogWant(ctx, w.Machine, want.req)
 	}
 
