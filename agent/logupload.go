@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +17,14 @@ import (
 // solo's hub reads the agent's log store directly (StreamLogs).
 type logUploader interface {
 	UploadLogs(ctx context.Context, token string, body io.Reader) error
+}
+
+// logURLUploader is a transport that can also upload to another hub
+// replica than its own (protocol.LogRequest.URL), with the same
+// certificate and pinned CA. One that cannot uploads to its hub, as
+// agents that predate the URL do.
+type logURLUploader interface {
+	UploadLogsTo(ctx context.Context, url, token string, body io.Reader) error
 }
 
 // maxUploads bounds the uploads one agent runs at once; the hub bounds
@@ -63,6 +72,12 @@ func (a *Agent) startUploads(ctx context.Context, reqs []protocol.LogRequest) {
 			a.log.Warn("the hub asked for the output of a workload this agent does not hold; ignored", "workload", r.Workload)
 			continue
 		}
+		if r.URL != "" && (len(r.URL) > protocol.MaxLogURLBytes || !strings.HasPrefix(r.URL, "https://")) {
+			// Never sent anywhere but over pinned TLS, nor grown without bound.
+			a.log.Warn("the hub asked for workload output to be sent to a URL that is not https:// or is too long; ignored",
+				"workload", r.Workload, "url_bytes", len(r.URL))
+			continue
+		}
 		if len(a.uploads.active) >= maxUploads {
 			a.log.Warn("too many uploads of workload output at once; skipping one", "workload", r.Workload)
 			continue
@@ -74,8 +89,14 @@ func (a *Agent) startUploads(ctx context.Context, reqs []protocol.LogRequest) {
 				delete(a.uploads.active, r.Token)
 				a.uploads.mu.Unlock()
 			}()
+			// One try: the replica that asked gives up within seconds, and
+			// a user asks again.
 			if err := a.upload(ctx, up, r); err != nil && ctx.Err() == nil {
-				a.log.Info("upload of workload output ended", "workload", r.Workload, "err", err)
+				if r.URL != "" {
+					a.log.Warn("upload of workload output to the hub replica that asked for it failed", "workload", r.Workload, "url", r.URL, "err", err)
+				} else {
+					a.log.Info("upload of workload output ended", "workload", r.Workload, "err", err)
+				}
 			}
 		})
 	}
@@ -93,7 +114,12 @@ func (a *Agent) upload(ctx context.Context, up logUploader, r protocol.LogReques
 		err := a.StreamLogs(ctx, r, func(l protocol.LogLine) error { return enc.Encode(l) })
 		pw.CloseWithError(err)
 	}()
-	err := up.UploadLogs(ctx, r.Token, pr)
+	var err error
+	if to, ok := up.(logURLUploader); ok && r.URL != "" {
+		err = to.UploadLogsTo(ctx, r.URL, r.Token, pr)
+	} else {
+		err = up.UploadLogs(ctx, r.Token, pr)
+	}
 	// The hub is done reading: end the stream, unblocking its writes.
 	pr.Close()
 	return err

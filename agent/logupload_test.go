@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -143,4 +145,91 @@ func TestUploadOfAnUnknownWorkloadIsRefused(t *testing.T) {
 	if es, _ := h.agent.Logs().Read("w-nobody", 0, time.Time{}); len(es) != 0 {
 		t.Errorf("entries for nobody: %v", es)
 	}
+}
+
+// replicaUploader is an uploadingHub whose transport can also upload to
+// another hub replica's URL; it notes the URL each token went to.
+type replicaUploader struct {
+	*uploadingHub
+	urls map[string]string
+}
+
+func (u *replicaUploader) UploadLogsTo(ctx context.Context, url, token string, body io.Reader) error {
+	u.mu.Lock()
+	u.urls[token] = url
+	u.mu.Unlock()
+	return u.UploadLogs(ctx, token, body)
+}
+
+// A request naming a replica's URL is uploaded there; one without goes
+// to the hub; a URL that is not https:// or is too long is refused with a
+// warning, and nothing is uploaded for it.
+func TestUploadGoesToTheReplicaThatAsked(t *testing.T) {
+	f := newFakeHub()
+	u := &replicaUploader{uploadingHub: &uploadingHub{fakeHub: f, keep: 1, lines: map[string][]protocol.LogLine{}, started: map[string]int{}, ended: map[string]bool{}},
+		urls: map[string]string{}}
+	var logs lockedBuffer
+	h := startAgent(t, t.TempDir(), f, func(c *Config) {
+		c.Transport = u
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	w := run("w-1", 1)
+	w.Image = "sim:"
+	f.set(w)
+	waitCode(t, f, "w-1", protocol.CodeRunning)
+	waitFor(t, "the running line kept", func() bool {
+		es, _ := h.agent.Logs().Read("w-1", 0, time.Time{})
+		return len(es) > 0
+	})
+	f.mu.Lock()
+	resp := f.desired
+	f.mu.Unlock()
+	resp.Generation++
+	const replica = "https://hub-a.test:8443"
+	resp.Logs = []protocol.LogRequest{
+		{Token: "tok-replica", Workload: "w-1", URL: replica},
+		{Token: "tok-hub", Workload: "w-1"},
+		{Token: "tok-plain", Workload: "w-1", URL: "http://hub-a.test:8443"},
+		{Token: "tok-long", Workload: "w-1", URL: "https://" + strings.Repeat("a", protocol.MaxLogURLBytes)},
+	}
+	f.setRaw(resp)
+	waitFor(t, "both uploads", func() bool {
+		_, _, a := u.get("tok-replica")
+		_, _, b := u.get("tok-hub")
+		return a && b
+	})
+	u.mu.Lock()
+	urls := maps.Clone(u.urls)
+	u.mu.Unlock()
+	if urls["tok-replica"] != replica {
+		t.Errorf("uploaded to %q, want %s", urls["tok-replica"], replica)
+	}
+	if to, ok := urls["tok-hub"]; ok {
+		t.Errorf("a request without a URL uploaded to %q, want the hub", to)
+	}
+	for _, tok := range []string{"tok-plain", "tok-long"} {
+		if _, started, _ := u.get(tok); started != 0 {
+			t.Errorf("%s: uploaded to a refused URL", tok)
+		}
+	}
+	if n := strings.Count(logs.String(), "not https:// or is too long"); n < 2 {
+		t.Errorf("%d warnings for two refused URLs:\n%s", n, logs.String())
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

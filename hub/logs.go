@@ -74,6 +74,26 @@ type logRelay struct {
 	// connectTimeout and rate: zero reads as the defaults.
 	connectTimeout time.Duration
 	rate           int
+
+	// remote holds other replicas' log requests (by token) until this
+	// replica hands them to their machine or they expire; remotePerMachine
+	// counts them. A notification is store-borne input, so both are
+	// bounded like local wants. clk is set with the first one.
+	remote           map[string]*remoteWant
+	remotePerMachine map[string]int
+	clk              clock.Clock
+	// refused and refusedLogged space the log lines about refused
+	// notifications: a flood of them is one line a minute.
+	refused       int
+	refusedLogged time.Time
+}
+
+// remoteWant is a log request another replica holds: its URL is where
+// the machine must upload.
+type remoteWant struct {
+	machine string
+	req     protocol.LogRequest
+	expires time.Time
 }
 
 type logWant struct {
@@ -132,7 +152,9 @@ func (h *Hub) WorkloadLogs(ctx context.Context, id string, o LogOptions, emit fu
 	if w.Machine == "" {
 		return fmt.Errorf("%w: workload %s has not been placed on a machine, so it has no output", ErrUnavailable, id)
 	}
-	req := protocol.LogRequest{Workload: id, Tail: o.Tail, Since: o.Since, Follow: o.Follow}
+	// With replicas, the upload is sent here by URL, whichever replica
+	// holds the machine's poll (or its load balancer picks).
+	req := protocol.LogRequest{Workload: id, Tail: o.Tail, Since: o.Since, Follow: o.Follow, URL: h.logURL()}
 	idle := o.Idle
 	if idle == nil {
 		idle = func() error { return nil }
@@ -162,9 +184,14 @@ func (h *Hub) WorkloadLogs(ctx context.Context, id string, o LogOptions, emit fu
 		return err
 	}
 	defer h.logs.unregister(want)
-	// The upload must reach this replica: the machine's poll held here
-	// is woken; one held by another replica answers at its timeout.
+	// The machine's poll held here is woken; one held by another replica
+	// is woken by that replica when the notification reaches it. A poll
+	// held here takes the request now: the others need not hold it.
+	heldHere := h.polls.connected(w.Machine)
 	h.Wake(w.Machine)
+	if req.URL != "" && !heldHere {
+		h.publishLogWant(ctx, w.Machine, want.req)
+	}
 
 	timeout := h.logs.connectTimeout
 	if timeout <= 0 {
@@ -175,6 +202,10 @@ func (h *Hub) WorkloadLogs(ctx context.Context, id string, o LogOptions, emit fu
 	case <-want.connected:
 		t.Stop()
 	case <-t.C():
+		if req.URL != "" {
+			return fmt.Errorf("%w: machine %s (%s) did not send the output of workload %s to this replica (%s) within %s; "+
+				"an agent older than the hub uploads to the replica it polls instead: upgrade it, or ask the replica it polls", ErrUnavailable, m.ID, m.Name, id, req.URL, timeout)
+		}
 		return fmt.Errorf("%w: machine %s (%s) did not send the output of workload %s within %s", ErrUnavailable, m.ID, m.Name, id, timeout)
 	case <-ctx.Done():
 		t.Stop()
@@ -253,6 +284,12 @@ func (r *logRelay) unregister(w *logWant) {
 func (r *logRelay) pending(machine string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.remotePerMachine[machine] > 0 {
+		r.pruneLocked()
+		if r.remotePerMachine[machine] > 0 {
+			return true
+		}
+	}
 	if r.perMachine[machine] == 0 {
 		return false
 	}
@@ -264,15 +301,25 @@ func (r *logRelay) pending(machine string) bool {
 	return false
 }
 
-// take returns machine's log requests not yet handed to it, marking them
-// handed: each goes out in one sync answer.
+// take returns machine's log requests not yet handed to it, its own and
+// other replicas', marking them handed: each goes out in one sync answer.
+// Another replica's is then forgotten here: its upload goes to its URL.
 func (r *logRelay) take(machine string) []protocol.LogRequest {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.perMachine[machine] == 0 {
-		return nil
-	}
 	var out []protocol.LogRequest
+	if r.remotePerMachine[machine] > 0 {
+		r.pruneLocked()
+		for tok, rw := range r.remote {
+			if rw.machine == machine && len(out) < protocol.MaxLogRequests {
+				out = append(out, rw.req)
+				r.dropRemoteLocked(tok, rw)
+			}
+		}
+	}
+	if r.perMachine[machine] == 0 {
+		return out
+	}
 	for _, w := range r.wants {
 		if w.machine == machine && !w.sent && len(out) < protocol.MaxLogRequests {
 			w.sent = true
@@ -405,4 +452,77 @@ func DecodeLogLine(raw []byte) (protocol.LogLine, error) {
 		return protocol.LogLine{}, fmt.Errorf("%w: log upload: data after a line's object", ErrBadRequest)
 	}
 	return l, nil
+}
+
+// Bounds of other replicas' log requests held here until handed out.
+const (
+	MaxRemoteLogWantsPerMachine = MaxLogWantsPerMachine
+	MaxRemoteLogWants           = MaxLogWants
+)
+
+// errDuplicateLogWant: a request already held here (this replica's own,
+// come back through the store, or one notified twice).
+var errDuplicateLogWant = errors.New("a log request with that token is already held here")
+
+// addRemote holds another replica's log request for machine until
+// machine's next sync answer here, or the connect timeout: by then the
+// replica that asked has given up.
+func (r *logRelay) addRemote(machine string, req protocol.LogRequest, clk clock.Clock) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.remote == nil {
+		r.remote, r.remotePerMachine = map[string]*remoteWant{}, map[string]int{}
+	}
+	r.clk = clk
+	r.pruneLocked()
+	if r.wants[req.Token] != nil || r.remote[req.Token] != nil {
+		return errDuplicateLogWant
+	}
+	if r.remotePerMachine[machine] >= MaxRemoteLogWantsPerMachine {
+		return fmt.Errorf("%w: machine %s already has %d log requests of other replicas waiting here", ErrUnavailable, machine, MaxRemoteLogWantsPerMachine)
+	}
+	if len(r.remote) >= MaxRemoteLogWants {
+		return fmt.Errorf("%w: %d log requests of other replicas already wait here", ErrUnavailable, MaxRemoteLogWants)
+	}
+	timeout := r.connectTimeout
+	if timeout <= 0 {
+		timeout = DefaultLogConnectTimeout
+	}
+	r.remote[req.Token] = &remoteWant{machine: machine, req: req, expires: clk.Now().Add(timeout)}
+	r.remotePerMachine[machine]++
+	return nil
+}
+
+// pruneLocked forgets other replicas' requests past their connect
+// timeout.
+func (r *logRelay) pruneLocked() {
+	if len(r.remote) == 0 || r.clk == nil {
+		return
+	}
+	now := r.clk.Now()
+	for tok, rw := range r.remote {
+		if !now.Before(rw.expires) {
+			r.dropRemoteLocked(tok, rw)
+		}
+	}
+}
+
+func (r *logRelay) dropRemoteLocked(tok string, rw *remoteWant) {
+	delete(r.remote, tok)
+	if r.remotePerMachine[rw.machine]--; r.remotePerMachine[rw.machine] <= 0 {
+		delete(r.remotePerMachine, rw.machine)
+	}
+}
+
+// noteRefused counts a refused notification and reports whether to log
+// it now (at most once a minute) and how many it stands for.
+func (r *logRelay) noteRefused(now time.Time) (log bool, count int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refused++
+	if !r.refusedLogged.IsZero() && now.Sub(r.refusedLogged) < droppedLogEvery {
+		return false, 0
+	}
+	count, r.refused, r.refusedLogged = r.refused, 0, now
+	return true, count
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"einsora.dev/edge/protocol"
@@ -41,5 +42,45 @@ func FuzzDecodeLogLine(f *testing.F) {
 			t.Fatalf("round trip: %+v, %v; want %+v", again, err, l)
 		}
 		_ = protocol.LogLine{}
+	})
+}
+
+func FuzzDecodeLogNote(f *testing.F) {
+	for _, seed := range []string{
+		`{"m":"m-1","t":"0123456789abcdef0123456789abcdef","w":"w-1","u":"https://hub-a.test:8443"}`,
+		`{"m":"m-1","t":"0123456789abcdef0123456789abcdef","w":"w-1","n":10,"s":"2026-12-01T10:00:00+02:00","f":true,"u":"https://[::1]:8443"}`,
+		`{"m":"m-1","t":"0123456789abcdef0123456789abcdef","w":"w-1","u":"http://hub-a.test:8443"}`,
+		`{"m":"m-1","t":"0123456789abcdef0123456789abcdef","w":"w-1","u":"https://user@hub-a.test/x?y#z"}`,
+		`{"m":"m\u0000","t":"0123456789ABCDEF0123456789ABCDEF","w":"","n":-1,"u":""}`,
+		`{"m":"m-1","t":"0123456789abcdef0123456789abcdef","w":"w-1","u":"https://a","x":1}`,
+		`{"m":"m-1"} {"m":"m-2"}`,
+		`{"s":"0000-01-01T00:00:00Z"}`,
+		`not json`,
+		``,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		machine, req, err := decodeLogNote(body)
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("error %v does not wrap ErrBadRequest", err)
+			}
+			return
+		}
+		// What is accepted is within every bound, and encodes again
+		// to a note that decodes to the same request.
+		if len(machine) > protocol.MaxIDLength || len(req.Workload) > protocol.MaxIDLength || len(req.URL) > protocol.MaxLogURLBytes || req.Tail < 0 ||
+			!strings.HasPrefix(req.URL, "https://") || len(req.Token) != 32 {
+			t.Fatalf("accepted out of bounds: %q %+v", machine, req)
+		}
+		again, err := encodeLogNote(machine, req)
+		if err != nil {
+			t.Fatalf("accepted %q, cannot encode it again: %v", body, err)
+		}
+		m2, r2, err := decodeLogNote(again)
+		if err != nil || m2 != machine || r2.Token != req.Token || r2.URL != req.URL || !r2.Since.Equal(req.Since) || r2.Tail != req.Tail || r2.Follow != req.Follow {
+			t.Fatalf("round trip: %q %+v, %v; want %q %+v", m2, r2, err, machine, req)
+		}
 	})
 }

@@ -2,7 +2,9 @@ package hubclient
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -28,13 +30,49 @@ func (t *HTTPS) UploadLogs(ctx context.Context, token string, body io.Reader) er
 		}
 		t.mu.Unlock()
 	}()
+	return uploadLogs(ctx, p.client, base, token, body)
+}
+
+// UploadLogsTo is UploadLogs to the hub replica at rawURL
+// (protocol.LogRequest.URL), which may be another than the one this
+// transport syncs with: the same client certificate, the same pinned CA,
+// and the replica's certificate must be valid for rawURL's host. "" or
+// the transport's own hub is UploadLogs. It refuses, sending nothing, a
+// URL that is not https://HOST[:PORT] or is over protocol.MaxLogURLBytes.
+func (t *HTTPS) UploadLogsTo(ctx context.Context, rawURL, token string, body io.Reader) error {
+	if rawURL == "" {
+		return t.UploadLogs(ctx, token, body)
+	}
+	if len(rawURL) > protocol.MaxLogURLBytes {
+		return fmt.Errorf("log upload: a replica URL of %d bytes, at most %d", len(rawURL), protocol.MaxLogURLBytes)
+	}
+	u, err := ParseHubURL(rawURL)
+	if err != nil {
+		return fmt.Errorf("log upload: %w", err)
+	}
+	if u.String() == t.URL() {
+		return t.UploadLogs(ctx, token, body)
+	}
+	// A pool of its own, verified against that replica's name; uploads
+	// are rare and long, so it is not kept after.
+	tc := PinnedTLSConfig(t.fp, u.Hostname())
+	tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return t.cert.Load(), nil }
+	tr := newHTTPTransport(tc)
+	if t.dial != nil {
+		tr.DialContext = t.dial
+	}
+	defer tr.CloseIdleConnections()
+	return uploadLogs(ctx, &http.Client{Transport: tr}, u.String(), token, body)
+}
+
+func uploadLogs(ctx context.Context, client *http.Client, base, token string, body io.Reader) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+protocol.LogsPath, body)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/x-ndjson")
 	req.Header.Set(protocol.LogTokenHeader, token)
-	resp, err := p.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return explainTLS(err)
 	}

@@ -26,6 +26,13 @@ type LogRequest struct {
 	// Follow keeps the upload open, sending lines as they come, until the
 	// hub closes it or the workload is removed.
 	Follow bool `json:"follow,omitempty"`
+	// URL, when set, is the hub replica that holds the request and waits
+	// for the upload (https://HOST:PORT, at most MaxLogURLBytes): with
+	// several replicas the machine's poll may be held by another. The
+	// agent uploads there with its usual certificate and pinned CA; empty,
+	// it uploads to the hub it syncs with. Agents that predate it ignore
+	// it and upload to their hub.
+	URL string `json:"url,omitempty"`
 }
 
 // LogLine is one line of a workload's output. Line is the workload's own,
@@ -44,4 +51,6 @@ const (
 	MaxLogRequests = 16
 	// MaxLogLineBytes bounds one encoded LogLine on the upload.
 	MaxLogLineBytes = 128 << 10
+	// MaxLogURLBytes bounds LogRequest.URL.
+	MaxLogURLBytes = 512
 )
