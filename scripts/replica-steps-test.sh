@@ -10,19 +10,20 @@
 #     them; three sim agents enrol and run through it;
 #   - step 6: the admin verbs against the replicas: a workload created on
 #     replica 2 runs, replica 3 lists it;
-#   - then the replica holding the most polls is killed: the workload stays
-#     running and every agent polls a surviving replica, through HAProxy.
+#   - then the replica leading eu-1 (if it holds a poll) is killed: every
+#     agent polls a surviving replica, through HAProxy, a survivor takes
+#     the lease over, and the workload stays running where it was, on the
+#     same attempt.
 # Each step's command is first looked up, word for word, in the docs, so a
 # change of the text that the script does not follow fails it. The host
 # names, paths and ports of the text are swapped for this host's (hub.example.com,
 # the load balancer, becomes localhost; hub-N.example.com becomes
 # 127.0.0.1 on replica N's ports; db becomes the throwaway server).
 # Every wait is bounded; everything started is stopped, and the temporary
-# directory removed, on exit. Needs root or a postgres-less user; runs
-# PostgreSQL as the postgres user when root.
+# directory removed, on exit. As root, PostgreSQL runs as the postgres
+# user (initdb refuses root). Needs python3 (free ports), curl and haproxy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
 start=$(date +%s)
 # The log goes to the script's stderr as it was at start, so that a step's
 # redirected output does not swallow it.
@@ -74,9 +75,10 @@ waitfor() {
 }
 
 command -v python3 >/dev/null || fail "python3 is needed for free ports"
+command -v curl >/dev/null || fail "curl is needed for the hubs' metrics"
 command -v haproxy >/dev/null || fail "haproxy is needed (apt-get install haproxy)"
 pgbin=
-for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+for d in $(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V -r); do
 	[ -x "$d/initdb" ] && [ -x "$d/postgres" ] && { pgbin=$d; break; }
 done
 [ -n "$pgbin" ] || fail "initdb and postgres not found in /usr/lib/postgresql/*/bin (apt-get install postgresql)"
@@ -173,6 +175,7 @@ einsora-hub serve --data "${data[1]}" --store "$store" --region eu-1 --name loca
 	--listen "127.0.0.1:$p0" --admin "127.0.0.1:$a0" >"$tmp/first.out" 2>"$tmp/first.log" &
 first=$!
 pids+=("$first")
+# shellcheck disable=SC2016 # the docs' backticks, as text
 step 2 'wait for its first line (`einsora-hub serve: admin API on …`), stop it'
 waitfor 60 "step 2: the first replica's first line" grep -q '^einsora-hub serve: admin API on ' "$tmp/first.out"
 log "step 2: it says: $(head -n 1 "$tmp/first.out")"
@@ -217,32 +220,19 @@ for n in 1 2 3; do
 	waitfor 60 "step 4: hub-$n's first line" grep -q '^einsora-hub serve: admin API on ' "$tmp/hub-$n.out"
 done
 
-# Step 5: HAProxy, TCP mode, TLS passed through, /readyz as health check.
-step 5 "mode tcp"
-step 5 "option httpchk GET /readyz"
-step 5 "server hub-1 hub-1.example.com:8443 check check-ssl verify none"
-cat >"$tmp/haproxy.cfg" <<EOF
-global
-	maxconn 1000
-defaults
-	mode tcp
-	timeout connect 5s
-	# Above the 25 s poll hold (see Keepalives).
-	timeout client 60s
-	timeout server 60s
-	retries 3
-	option redispatch
-frontend agents
-	bind 127.0.0.1:$lbport
-	default_backend hubs
-backend hubs
-	balance roundrobin
-	option httpchk GET /readyz
-	default-server inter 1s fall 2 rise 1
-	server hub-1 127.0.0.1:$p1 check check-ssl verify none
-	server hub-2 127.0.0.1:$p2 check check-ssl verify none
-	server hub-3 127.0.0.1:$p3 check check-ssl verify none
-EOF
+# Step 5: the docs' HAProxy configuration, its addresses swapped for
+# this host's.
+cfg=$(awk -v s="$section" '$0 == s { on = 1; next } on && /^##/ { exit }
+	on && /^   ```text$/ { inblock = 1; next } inblock && /^   ```$/ { exit } inblock { print substr($0, 4) }' "$doc")
+[ -n "$cfg" ] || fail "step 5: the section has no HAProxy configuration (a \`\`\`text block)"
+for want in "mode tcp" "bind :8443" "option httpchk GET /readyz" "server hub-1 hub-1.example.com:8443 check check-ssl verify none"; do
+	grep -qF "$want" <<<"$cfg" || fail "step 5: the docs' HAProxy configuration has no \"$want\""
+done
+log "step 5 (docs): HAProxy: $(tr '\n' ';' <<<"$cfg" | tr -s ' ')"
+cfg=${cfg//bind :8443/bind 127.0.0.1:$lbport}
+for n in 1 2 3; do cfg=${cfg//hub-$n.example.com:8443/127.0.0.1:${listen[n]}}; done
+# A stats socket, for the health checks' results.
+printf 'global\n    stats socket %s\n%s\n' "$tmp/haproxy.sock" "$cfg" >"$tmp/haproxy.cfg"
 log "step 5 (runs): haproxy on 127.0.0.1:$lbport in front of 127.0.0.1:$p1, :$p2, :$p3"
 haproxy -c -f "$tmp/haproxy.cfg" >"$tmp/haproxy-check.log" 2>&1 || fail "haproxy -c: $(cat "$tmp/haproxy-check.log")"
 haproxy -db -f "$tmp/haproxy.cfg" >"$tmp/haproxy.log" 2>&1 &
@@ -250,6 +240,23 @@ pids+=($!)
 haproxy_pid=$!
 lb_ready() { : </dev/tcp/127.0.0.1/"$lbport"; }
 waitfor 30 "step 5: HAProxy listens" lb_ready
+# checks: each server's health check status (L7OK: /readyz answered 200).
+checks() {
+	python3 - "$tmp/haproxy.sock" <<'PY'
+import csv, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b"show stat\n")
+data = b""
+while chunk := s.recv(65536):
+    data += chunk
+rows = csv.DictReader(data.decode().lstrip("# ").splitlines())
+print(" ".join(f"{r['svname']}={r['check_status']}" for r in rows if r["svname"].startswith("hub-")))
+PY
+}
+all_l7ok() { [ "$(checks)" = "hub-1=L7OK hub-2=L7OK hub-3=L7OK" ]; }
+waitfor 30 "step 5: HAProxy's health checks of /readyz passing on all three" all_l7ok
+log "step 5: HAProxy's health checks: $(checks)"
 
 # The admin verbs of step 6, as on replica N's host.
 step 6 "einsora-hub --hub http://127.0.0.1:7480 --data /var/lib/einsora-hub"
@@ -303,7 +310,7 @@ waitfor 60 "three polls held" held
 grep -q 'is DOWN' "$tmp/haproxy.log" && fail "HAProxy's health checks failed: $(cat "$tmp/haproxy.log")"
 hubcli 3 workload show "$id" --json >"$tmp/before.json"
 hubcli 3 workload timeline "$id" >"$tmp/timeline-before.txt"
-victim= most=-1
+victim='' most=-1
 for n in 1 2 3; do
 	c=$(polls "$n")
 	if leads "$n"; then
@@ -321,7 +328,7 @@ log "killing hub-$victim (SIGKILL), which holds $(polls "$victim") poll(s)"
 kill -KILL "${hubpid[victim]}"
 wait "${hubpid[victim]}" 2>/dev/null || true
 waitfor 30 "HAProxy's health check marks hub-$victim down" grep -q "Server hubs/hub-$victim is DOWN" "$tmp/haproxy.log"
-log "HAProxy: $(grep -m1 "Server hubs/hub-$victim is DOWN" "$tmp/haproxy.log" | cut -c1-100)…"
+log "HAProxy's health checks: $(checks)"
 held_by_left() { [ "$(($(polls "${left[0]}") + $(polls "${left[1]}")))" = 3 ]; }
 waitfor 90 "the three agents polling hub-${left[0]} and hub-${left[1]}" held_by_left
 log "hub-${left[0]} holds $(polls "${left[0]}") poll(s), hub-${left[1]} $(polls "${left[1]}")"
