@@ -62,6 +62,9 @@ type Config struct {
 	LogMaxBytes int64
 	// OnApplyPass, if set, is told each apply pass's duration (metrics).
 	OnApplyPass func(time.Duration)
+	// OnHubs, if set, is told the hub replicas' URLs each time the hub
+	// sends a new list (hubclient.Failover.SetLearned).
+	OnHubs func([]string)
 }
 
 // Defaults.
@@ -183,6 +186,13 @@ func Open(cfg Config) (*Agent, error) {
 
 // MachineID is the ID saved next to the agent's state.
 func (a *Agent) MachineID() string { return a.machineID }
+
+// Hubs is the hub replicas' URLs learned from the hub, kept in the state.
+func (a *Agent) Hubs() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.state.Hubs)
+}
 
 // Close closes the log store and releases the lock. Call it after Run
 // returned.
@@ -317,10 +327,13 @@ type Status struct {
 	StateDir  string `json:"state_dir"`
 	Running   bool   `json:"running"`
 	// Hub is the hub the agent enrolled with; empty for solo's agent.
-	Hub               string `json:"hub,omitempty"`
-	StoreID           string `json:"store_id,omitempty"`
-	LastSync          string `json:"last_sync,omitempty"`
-	DesiredGeneration int64  `json:"desired_generation"`
+	Hub string `json:"hub,omitempty"`
+	// Hubs are the replicas' URLs the hub sent, failed over to after the
+	// --hub flags.
+	Hubs              []string `json:"hubs,omitempty"`
+	StoreID           string   `json:"store_id,omitempty"`
+	LastSync          string   `json:"last_sync,omitempty"`
+	DesiredGeneration int64    `json:"desired_generation"`
 	// Revoked is set when the hub revoked this machine, with what to do.
 	Revoked *Revocation `json:"revoked,omitempty"`
 	// Workloads are those the agent reports or holds, with their last
@@ -343,6 +356,7 @@ func ReadStatus(dir string) (Status, error) {
 	if ls.Desired != nil {
 		st.StoreID, st.DesiredGeneration = ls.Desired.StoreID, ls.Desired.Generation
 	}
+	st.Hubs = ls.Hubs
 	if e, err := ReadEnrollment(dir); err == nil {
 		st.Hub = e.HubURL
 	}

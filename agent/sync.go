@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -134,6 +135,7 @@ func (a *Agent) requestLocked() *protocol.SyncRequest {
 	if a.invHash != a.invAcked {
 		req.Inventory = a.inventory
 	}
+	req.HubsDigest = protocol.HubsDigest(a.state.Hubs)
 	return req
 }
 
@@ -181,6 +183,13 @@ func (a *Agent) accept(resp *protocol.SyncResponse, req *protocol.SyncRequest) e
 	if req.PreviousStoreID != "" && a.prevStoreID == req.PreviousStoreID {
 		a.prevStoreID = ""
 	}
+	// The replicas' URLs ride beside desired state, on any answer: kept
+	// apart from it.
+	hubs := resp.Hubs
+	resp.Hubs = nil
+	if len(hubs) > 0 {
+		a.learnHubsLocked(hubs)
+	}
 	if resp.Unchanged {
 		return nil
 	}
@@ -218,5 +227,27 @@ func (a *Agent) revokedNow(err error) {
 	a.log.Error(help, "err", err, "retry_every", RevokedRetry)
 	if werr := writeRevoked(a.cfg.StateDir, Revocation{At: a.clk.Now().UTC(), Message: help}); werr != nil {
 		a.log.Warn("cannot record the revocation for einsora-agent status", "err", werr)
+	}
+}
+
+// learnHubsLocked keeps the replicas' URLs the hub sent, bounded, and
+// tells OnHubs. A list that cannot be saved is still used until the agent
+// stops.
+func (a *Agent) learnHubsLocked(urls []string) {
+	kept, dropped := protocol.KeepHubs(urls)
+	if dropped > 0 {
+		a.log.Warn("the hub sent replica URLs this agent does not keep (over the bound, repeated, not https://HOST:PORT)",
+			"dropped", dropped, "max", protocol.MaxHubs)
+	}
+	if len(kept) == 0 || slices.Equal(kept, a.state.Hubs) {
+		return
+	}
+	a.log.Info("hub replicas learned from the hub", "urls", kept)
+	a.state.Hubs = kept
+	if err := saveState(a.cfg.StateDir, a.state); err != nil {
+		a.log.Warn("cannot save the hub replicas' URLs; using them until the agent stops", "err", err)
+	}
+	if a.cfg.OnHubs != nil {
+		a.cfg.OnHubs(slices.Clone(kept))
 	}
 }
