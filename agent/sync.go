@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"einsora.dev/edge/clock"
@@ -37,17 +38,25 @@ func (a *Agent) syncLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		pollCtx, cancel := context.WithCancel(ctx)
 		a.mu.Lock()
-		a.pollCancel, a.news = cancel, false
+		a.news = false
+		// News that came before now rides on this request.
+		select {
+		case <-a.newsCh:
+		default:
+		}
 		req := a.requestLocked()
 		a.mu.Unlock()
+		var cutter sync.WaitGroup
+		sent := a.clk.Now()
+		cutter.Go(func() { a.cutOnNews(pollCtx, cancel, sent) })
 
 		resp, err := a.cfg.Transport.Sync(pollCtx, req)
 
 		a.mu.Lock()
-		a.pollCancel = nil
 		cutShort := a.news
 		a.mu.Unlock()
 		cancel()
+		cutter.Wait()
 		var logReqs []protocol.LogRequest
 		if err == nil {
 			// Log requests ride beside desired state: never saved with it.
@@ -110,6 +119,47 @@ func (a *Agent) syncLoop(ctx context.Context) {
 		// After losing the hub, come back within the window it sized.
 		bo.Window = hubclient.WindowOf(resp)
 		redirected = false
+		if !resp.Unchanged {
+			a.awaitApplied(ctx, resp.Generation)
+		}
+	}
+}
+
+// cutOnNews cancels the sync of ctx when news arrives, but not before it
+// has waited NewsGap since sent: news that comes in a burst (a start, then
+// running a moment later) rides on one request, not one each.
+func (a *Agent) cutOnNews(ctx context.Context, cancel context.CancelFunc, sent time.Time) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-a.newsCh:
+	}
+	if wait := a.cfg.NewsGap - a.clk.Now().Sub(sent); wait > 0 && !clock.Sleep(a.clk, wait, ctx.Done()) {
+		return
+	}
+	cancel()
+}
+
+// awaitApplied waits, at most NewsGap, for the apply loop to finish a pass
+// over desired generation gen, so the next sync reports what it did:
+// polling at once would hold a request the pass's news then cuts short.
+func (a *Agent) awaitApplied(ctx context.Context, gen int64) {
+	t := a.clk.NewTimer(a.cfg.NewsGap)
+	defer t.Stop()
+	for {
+		a.mu.Lock()
+		done := a.appliedGen == gen
+		a.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			return
+		case <-a.newsCh:
+		}
 	}
 }
 
