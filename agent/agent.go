@@ -62,6 +62,16 @@ type Config struct {
 	LogMaxBytes int64
 	// OnApplyPass, if set, is told each apply pass's duration (metrics).
 	OnApplyPass func(time.Duration)
+	// NewsGap is how long a held sync must have waited before news (a
+	// status that changed) cuts it short, and the longest the agent waits
+	// for its apply pass after a new desired state before it polls again:
+	// each change costs the agent about two requests, the answer and the
+	// report, whatever the drivers' news, so a correct agent stays far
+	// from the hub's per-machine limit. Zero means DefaultNewsGap.
+	NewsGap time.Duration
+	// OnHubs, if set, is told the hub replicas' URLs each time the hub
+	// sends a new list (hubclient.Failover.SetLearned).
+	OnHubs func([]string)
 }
 
 // Defaults.
@@ -69,6 +79,7 @@ const (
 	DefaultDriverTimeout     = 30 * time.Second
 	DefaultApplyInterval     = 2 * time.Second
 	DefaultInventoryInterval = 5 * time.Minute
+	DefaultNewsGap           = time.Second
 )
 
 // Agent is a running node agent. Open it, Run it, Close it.
@@ -82,6 +93,9 @@ type Agent struct {
 	bootID    string
 	wakeApply chan struct{}
 	reprobe   chan struct{}
+	// newsCh says news arrived (cutShortLocked): it ends a held sync, or
+	// the wait for an apply pass after a new desired state.
+	newsCh    chan struct{}
 	calls     calls
 	restarts  restartBook
 	logs      *logs.Store
@@ -104,7 +118,6 @@ type Agent struct {
 	invHash     string
 	invAcked    string
 	prevStoreID string
-	pollCancel  context.CancelFunc
 	news        bool
 	lastSync    time.Time
 	lastSyncErr error
@@ -140,6 +153,9 @@ func Open(cfg Config) (*Agent, error) {
 	if cfg.InventoryInterval <= 0 {
 		cfg.InventoryInterval = DefaultInventoryInterval
 	}
+	if cfg.NewsGap <= 0 {
+		cfg.NewsGap = DefaultNewsGap
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("agent: state dir: %w", err)
 	}
@@ -172,6 +188,7 @@ func Open(cfg Config) (*Agent, error) {
 		bootID:    readBootID(),
 		wakeApply: make(chan struct{}, 1),
 		reprobe:   make(chan struct{}, 1),
+		newsCh:    make(chan struct{}, 1),
 		calls:     calls{busy: map[string]bool{}},
 		state:     st,
 		statuses:  map[string]protocol.Status{},
@@ -183,6 +200,13 @@ func Open(cfg Config) (*Agent, error) {
 
 // MachineID is the ID saved next to the agent's state.
 func (a *Agent) MachineID() string { return a.machineID }
+
+// Hubs is the hub replicas' URLs learned from the hub, kept in the state.
+func (a *Agent) Hubs() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.state.Hubs)
+}
 
 // Close closes the log store and releases the lock. Call it after Run
 // returned.
@@ -211,11 +235,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// cutShort delivers news: it ends a waiting sync so the next one carries it.
+// cutShortLocked delivers news: it ends a waiting sync (once it has waited
+// NewsGap) so the next one carries it.
 func (a *Agent) cutShortLocked() {
 	a.news = true
-	if a.pollCancel != nil {
-		a.pollCancel()
+	select {
+	case a.newsCh <- struct{}{}:
+	default:
 	}
 }
 
@@ -317,10 +343,13 @@ type Status struct {
 	StateDir  string `json:"state_dir"`
 	Running   bool   `json:"running"`
 	// Hub is the hub the agent enrolled with; empty for solo's agent.
-	Hub               string `json:"hub,omitempty"`
-	StoreID           string `json:"store_id,omitempty"`
-	LastSync          string `json:"last_sync,omitempty"`
-	DesiredGeneration int64  `json:"desired_generation"`
+	Hub string `json:"hub,omitempty"`
+	// Hubs are the replicas' URLs the hub sent, failed over to after the
+	// --hub flags.
+	Hubs              []string `json:"hubs,omitempty"`
+	StoreID           string   `json:"store_id,omitempty"`
+	LastSync          string   `json:"last_sync,omitempty"`
+	DesiredGeneration int64    `json:"desired_generation"`
 	// Revoked is set when the hub revoked this machine, with what to do.
 	Revoked *Revocation `json:"revoked,omitempty"`
 	// Workloads are those the agent reports or holds, with their last
@@ -343,6 +372,7 @@ func ReadStatus(dir string) (Status, error) {
 	if ls.Desired != nil {
 		st.StoreID, st.DesiredGeneration = ls.Desired.StoreID, ls.Desired.Generation
 	}
+	st.Hubs = ls.Hubs
 	if e, err := ReadEnrollment(dir); err == nil {
 		st.Hub = e.HubURL
 	}

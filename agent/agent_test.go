@@ -395,6 +395,51 @@ func TestNewsCutsWaitingSyncShort(t *testing.T) {
 	waitCode(t, f, "w-1", protocol.CodeRunning)
 }
 
+// TestOneChangeCostsTwoRequests: after a new desired state the agent
+// reports once its apply pass is done, and the news that follows (running)
+// waits for NewsGap rather than cutting a fresh poll short: the change costs
+// the answer and two reports, not a request for each piece of news.
+func TestOneChangeCostsTwoRequests(t *testing.T) {
+	f := newFakeHub()
+	f.hold = time.Hour
+	startAgent(t, t.TempDir(), f)
+	waitFor(t, "the first poll to be held", func() bool { return f.syncs() >= 2 })
+	before := f.syncs()
+	f.set(run("w-1", 1))
+	waitCode(t, f, "w-1", protocol.CodeRunning)
+	time.Sleep(2 * DefaultNewsGap) // room for requests it should not make
+	f.mu.Lock()
+	after := f.reqs[before:]
+	f.mu.Unlock()
+	if len(after) > 2 {
+		t.Errorf("the change cost %d requests after the answer, want at most 2 (the report, then running)", len(after))
+	}
+	if len(after) > 0 && len(after[0].Statuses) == 0 {
+		t.Errorf("the first request after the new desired state reports nothing: it did not wait for the apply pass")
+	}
+}
+
+// TestNewsBurstCostsOneRequestPerGap: a start that reports progress every
+// 100 ms for two seconds cuts the held poll short at most once a NewsGap,
+// not once per step: the hub's per-machine limit is for agents that loop.
+func TestNewsBurstCostsOneRequestPerGap(t *testing.T) {
+	f := newFakeHub()
+	f.hold = time.Hour
+	startAgent(t, t.TempDir(), f)
+	waitFor(t, "the first poll to be held", func() bool { return f.syncs() >= 2 })
+	before := f.syncs()
+	w := run("w-1", 1)
+	w.Image = "sim:start-delay=2s,progress=20"
+	f.set(w)
+	waitCode(t, f, "w-1", protocol.CodeRunning)
+	n := f.syncs() - before
+	// 2 s of steps: the report after the apply pass, one cut a gap, and
+	// running.
+	if most := int(2*time.Second/DefaultNewsGap) + 2; n > most {
+		t.Errorf("20 steps of progress cost %d requests, want at most %d", n, most)
+	}
+}
+
 func TestOlderDesiredStateIgnored(t *testing.T) {
 	f := newFakeHub()
 	h := startAgent(t, t.TempDir(), f)

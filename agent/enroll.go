@@ -136,7 +136,26 @@ func Enroll(ctx context.Context, opts EnrollOptions) (*Enrollment, error) {
 	if err := clearRevoked(dir); err != nil {
 		return nil, fmt.Errorf("enrol: %w", err)
 	}
+	if err := keepEnrolledHubs(dir, resp.Hubs); err != nil {
+		return nil, fmt.Errorf("enrol: %w", err)
+	}
 	return e, nil
+}
+
+// keepEnrolledHubs saves the replicas' URLs of the enrolment answer in the
+// agent's state, so its first run can fail over to them: a hub that sends
+// none leaves the state as it was.
+func keepEnrolledHubs(dir string, urls []string) error {
+	kept, _ := protocol.KeepHubs(urls)
+	if len(kept) == 0 {
+		return nil
+	}
+	st, err := loadState(dir)
+	if err != nil {
+		return err
+	}
+	st.Hubs = kept
+	return saveState(dir, st)
 }
 
 func newCSR(key *ecdsa.PrivateKey, machineID string) ([]byte, error) {

@@ -31,7 +31,8 @@ type NetworkedConfig struct {
 	// to be probed again at once. Nil means none.
 	Hangup <-chan os.Signal
 	// Hubs are further replicas of the hub, tried in turn after the one in
-	// use fails on the hub's side (hubclient.Failover).
+	// use fails on the hub's side (hubclient.Failover), before those the
+	// hub itself told of (kept in the agent's state).
 	Hubs []string
 	// Observer, if set, wraps what the agent is made of (for metrics) and
 	// serves beside it as a companion, stopped and waited for like the
@@ -89,15 +90,18 @@ func RunNetworked(ctx context.Context, cfg NetworkedConfig) error {
 		return err
 	}
 	defer nw.Transport().Close()
-	var tr hubclient.Transport = nw.Transport()
-	if len(cfg.Hubs) > 0 {
-		f, err := hubclient.NewFailover(nw.Transport(), cfg.Hubs)
-		if err != nil {
-			return fmt.Errorf("agent: --hub: %w", err)
-		}
-		log.Info("hub replicas", "urls", f.URLs())
-		tr = f
+	// Always a failover: the hub may tell of replicas the command line
+	// does not name, and a learned list outlives restarts.
+	f, err := hubclient.NewFailover(nw.Transport(), cfg.Hubs)
+	if err != nil {
+		return fmt.Errorf("agent: --hub: %w", err)
 	}
+	f.SetLearned(a.Hubs())
+	a.cfg.OnHubs = f.SetLearned
+	if urls := f.URLs(); len(urls) > 1 {
+		log.Info("hub replicas", "urls", urls)
+	}
+	var tr hubclient.Transport = f
 	if cfg.Observer != nil {
 		tr = cfg.Observer.Transport(tr)
 	}

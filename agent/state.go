@@ -101,6 +101,10 @@ type localState struct {
 	// keep it safe: which attempt it started (so an attempt starts at most
 	// once) and under which driver its data lives.
 	Workloads map[string]*held `json:"workloads"`
+	// Hubs are the hub replicas' URLs the hub last sent (bounded by
+	// protocol.KeepHubs), failed over to after the --hub flags; kept so a
+	// restarted agent can reach a replica its command line does not name.
+	Hubs []string `json:"hubs,omitempty"`
 }
 
 type held struct {

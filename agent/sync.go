@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"einsora.dev/edge/clock"
@@ -36,17 +38,25 @@ func (a *Agent) syncLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		pollCtx, cancel := context.WithCancel(ctx)
 		a.mu.Lock()
-		a.pollCancel, a.news = cancel, false
+		a.news = false
+		// News that came before now rides on this request.
+		select {
+		case <-a.newsCh:
+		default:
+		}
 		req := a.requestLocked()
 		a.mu.Unlock()
+		var cutter sync.WaitGroup
+		sent := a.clk.Now()
+		cutter.Go(func() { a.cutOnNews(pollCtx, cancel, sent) })
 
 		resp, err := a.cfg.Transport.Sync(pollCtx, req)
 
 		a.mu.Lock()
-		a.pollCancel = nil
 		cutShort := a.news
 		a.mu.Unlock()
 		cancel()
+		cutter.Wait()
 		var logReqs []protocol.LogRequest
 		if err == nil {
 			// Log requests ride beside desired state: never saved with it.
@@ -109,6 +119,47 @@ func (a *Agent) syncLoop(ctx context.Context) {
 		// After losing the hub, come back within the window it sized.
 		bo.Window = hubclient.WindowOf(resp)
 		redirected = false
+		if !resp.Unchanged {
+			a.awaitApplied(ctx, resp.Generation)
+		}
+	}
+}
+
+// cutOnNews cancels the sync of ctx when news arrives, but not before it
+// has waited NewsGap since sent: news that comes in a burst (a start, then
+// running a moment later) rides on one request, not one each.
+func (a *Agent) cutOnNews(ctx context.Context, cancel context.CancelFunc, sent time.Time) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-a.newsCh:
+	}
+	if wait := a.cfg.NewsGap - a.clk.Now().Sub(sent); wait > 0 && !clock.Sleep(a.clk, wait, ctx.Done()) {
+		return
+	}
+	cancel()
+}
+
+// awaitApplied waits, at most NewsGap, for the apply loop to finish a pass
+// over desired generation gen, so the next sync reports what it did:
+// polling at once would hold a request the pass's news then cuts short.
+func (a *Agent) awaitApplied(ctx context.Context, gen int64) {
+	t := a.clk.NewTimer(a.cfg.NewsGap)
+	defer t.Stop()
+	for {
+		a.mu.Lock()
+		done := a.appliedGen == gen
+		a.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			return
+		case <-a.newsCh:
+		}
 	}
 }
 
@@ -134,6 +185,7 @@ func (a *Agent) requestLocked() *protocol.SyncRequest {
 	if a.invHash != a.invAcked {
 		req.Inventory = a.inventory
 	}
+	req.HubsDigest = protocol.HubsDigest(a.state.Hubs)
 	return req
 }
 
@@ -181,6 +233,13 @@ func (a *Agent) accept(resp *protocol.SyncResponse, req *protocol.SyncRequest) e
 	if req.PreviousStoreID != "" && a.prevStoreID == req.PreviousStoreID {
 		a.prevStoreID = ""
 	}
+	// The replicas' URLs ride beside desired state, on any answer: kept
+	// apart from it.
+	hubs := resp.Hubs
+	resp.Hubs = nil
+	if len(hubs) > 0 {
+		a.learnHubsLocked(hubs)
+	}
 	if resp.Unchanged {
 		return nil
 	}
@@ -218,5 +277,27 @@ func (a *Agent) revokedNow(err error) {
 	a.log.Error(help, "err", err, "retry_every", RevokedRetry)
 	if werr := writeRevoked(a.cfg.StateDir, Revocation{At: a.clk.Now().UTC(), Message: help}); werr != nil {
 		a.log.Warn("cannot record the revocation for einsora-agent status", "err", werr)
+	}
+}
+
+// learnHubsLocked keeps the replicas' URLs the hub sent, bounded, and
+// tells OnHubs. A list that cannot be saved is still used until the agent
+// stops.
+func (a *Agent) learnHubsLocked(urls []string) {
+	kept, dropped := protocol.KeepHubs(urls)
+	if dropped > 0 {
+		a.log.Warn("the hub sent replica URLs this agent does not keep (over the bound, repeated, not https://HOST:PORT)",
+			"dropped", dropped, "max", protocol.MaxHubs)
+	}
+	if len(kept) == 0 || slices.Equal(kept, a.state.Hubs) {
+		return
+	}
+	a.log.Info("hub replicas learned from the hub", "urls", kept)
+	a.state.Hubs = kept
+	if err := saveState(a.cfg.StateDir, a.state); err != nil {
+		a.log.Warn("cannot save the hub replicas' URLs; using them until the agent stops", "err", err)
+	}
+	if a.cfg.OnHubs != nil {
+		a.cfg.OnHubs(slices.Clone(kept))
 	}
 }

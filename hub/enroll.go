@@ -137,6 +137,7 @@ func (h *Hub) Enroll(ctx context.Context, req *EnrollRequest) (*protocol.Certifi
 	if err != nil {
 		return nil, fmt.Errorf("enrol %s: %w", req.MachineID, err)
 	}
+	resp.Hubs = h.Hubs()
 	h.log.Info("machine enrolled", "machine", resp.MachineID, "owner", resp.Owner, "region", resp.Region, "cert_expires", resp.Expires)
 	h.wakeLeader(ctx, true)
 	return resp, nil

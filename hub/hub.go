@@ -125,6 +125,9 @@ type Hub struct {
 	// desired caches each machine's desired state under its generation
 	// (machine ID → *protocol.SyncResponse), read without a global lock.
 	desired sync.Map
+
+	// replicas is the live replicas' URLs, sent to agents (hubs.go).
+	replicas replicaList
 }
 
 // New returns a hub over cfg.Store, seeding the default classes into a new
@@ -250,6 +253,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	defer wg.Wait()
 	wg.Go(func() { h.listenReplicas(ctx, &wg) })
 	wg.Go(func() { h.touchLoop(ctx) })
+	wg.Go(func() { h.replicaLoop(ctx) })
 	return h.runControllers(ctx)
 }
 

@@ -59,7 +59,7 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 			woken = true
 		case <-t.C():
 			h.polls.held.Add(-1)
-			return &protocol.SyncResponse{StoreID: h.store.ID(), Generation: gen, Unchanged: true, HubTime: h.clk.Now()}, nil
+			return h.withHubs(&protocol.SyncResponse{StoreID: h.store.ID(), Generation: gen, Unchanged: true, HubTime: h.clk.Now()}, req.HubsDigest), nil
 		case <-ctx.Done():
 			h.polls.held.Add(-1)
 			t.Stop()
@@ -69,8 +69,10 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 	resp, err := h.Desired(ctx, machineID)
 	if woken && err == nil {
 		h.wakeLatency(w)
+		noteWoken(ctx)
 	}
 	if err == nil {
+		resp = h.withHubs(resp, req.HubsDigest)
 		resp.Logs = h.logs.take(machineID)
 	}
 	return resp, err

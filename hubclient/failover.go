@@ -18,6 +18,9 @@ import (
 // replica it dials now.
 type Failover struct {
 	t *HTTPS
+	// given is the replicas it was made with (the enrolled hub, then
+	// --hub): always tried first, whatever the hub says.
+	given []string
 	// mu guards the following fields.
 	mu   sync.Mutex
 	urls []string
@@ -39,7 +42,25 @@ func NewFailover(t *HTTPS, urls []string) (*Failover, error) {
 			all = append(all, u.String())
 		}
 	}
-	return &Failover{t: t, urls: all, next: 1 % len(all)}, nil
+	return &Failover{t: t, given: all, urls: slices.Clone(all), next: 1 % len(all)}, nil
+}
+
+// SetLearned sets the replicas learned from the hub (SyncResponse.Hubs),
+// tried after the given ones; URLs ParseHubURL refuses are left out.
+func (f *Failover) SetLearned(urls []string) {
+	all := slices.Clone(f.given)
+	for _, raw := range urls {
+		if u, err := ParseHubURL(raw); err == nil && !slices.Contains(all, u.String()) {
+			all = append(all, u.String())
+		}
+	}
+	// Next after the one in use (-1 + 1 = the first when it is none of
+	// them: a directed reconnect took it elsewhere).
+	cur := slices.Index(all, f.t.URL())
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.urls = all
+	f.next = (cur + 1) % len(all)
 }
 
 // Sync syncs through the replica in use, moving on to the next after a
@@ -48,6 +69,12 @@ func (f *Failover) Sync(ctx context.Context, req *protocol.SyncRequest) (*protoc
 	resp, err := f.t.Sync(ctx, req)
 	if err != nil && ctx.Err() == nil && hubSideFailure(err) {
 		f.mu.Lock()
+		if len(f.urls) == 1 {
+			// Nowhere else to go: the transport redials as it would
+			// without failover.
+			f.mu.Unlock()
+			return resp, err
+		}
 		to := f.urls[f.next]
 		f.next = (f.next + 1) % len(f.urls)
 		f.mu.Unlock()

@@ -86,3 +86,36 @@ func TestFailoverStaysOnTheAgentsOwnMistakes(t *testing.T) {
 		t.Error("a URL that is not https was taken")
 	}
 }
+
+// Replicas learned from the hub come after the given ones, and a failure
+// of the one in use reaches them.
+func TestFailoverReachesLearnedReplicas(t *testing.T) {
+	hubCA := newTestCA(t)
+	cert := hubCA.issue(t, "hub", x509.ExtKeyUsageServerAuth, "127.0.0.1")
+	cut, _ := countingServer(t, cert, func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, `{"error":"store unreachable"}`, http.StatusServiceUnavailable)
+	})
+	learned, _ := countingServer(t, cert, func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(protocol.SyncResponse{StoreID: "st-1", Generation: 7})
+	})
+	tr := newTransport(t, hubCA, cut.URL, nil)
+	f, err := NewFailover(tr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.SetLearned([]string{"http://plain.example:80", cut.URL, learned.URL})
+	if got := f.URLs(); len(got) != 2 || got[0] != cut.URL || got[1] != learned.URL {
+		t.Fatalf("replicas %v, want the given one, then the learned one, no repeats, no plain HTTP", got)
+	}
+	req := &protocol.SyncRequest{ProtocolVersion: protocol.Version}
+	if _, err := f.Sync(context.Background(), req); err == nil {
+		t.Fatal("the cut replica's 503 was not an error")
+	}
+	if resp, err := f.Sync(context.Background(), req); err != nil || resp.Generation != 7 {
+		t.Fatalf("on the learned replica: %+v, %v", resp, err)
+	}
+	f.SetLearned(nil)
+	if got := f.URLs(); len(got) != 1 || got[0] != cut.URL {
+		t.Errorf("after the hub sent none: %v, want the given one alone", got)
+	}
+}

@@ -62,6 +62,9 @@ type CertificateResponse struct {
 	Expires time.Time `json:"expires"`
 	// HubTime is the hub's clock, so an agent can warn about skew.
 	HubTime time.Time `json:"hub_time"`
+	// Hubs are the agents' URLs of the hub's live replicas, the answering
+	// one first (as SyncResponse.Hubs); omitted when it knows none.
+	Hubs []string `json:"hubs,omitempty"`
 }
 
 // TokenPrefix starts every enrolment token; the digit is the format version.

@@ -91,6 +91,10 @@ type SyncRequest struct {
 	Statuses []Status `json:"statuses"`
 	// Inventory is sent on the first sync and whenever it changed.
 	Inventory *Inventory `json:"inventory,omitempty"`
+	// HubsDigest is HubsDigest of the replica URLs the agent learned
+	// last (empty before any): the hub sends its list again only when it
+	// differs, so an idle poll carries no list.
+	HubsDigest string `json:"hubs_digest,omitempty"`
 }
 
 // Status is the agent's word on one workload.
@@ -150,6 +154,13 @@ type SyncResponse struct {
 	// from hubs older than the field. A directed reconnect to another URL
 	// stays immediate.
 	ReconnectWindowMS int64 `json:"reconnect_window_ms,omitempty"`
+	// Hubs are the agents' URLs of the hub's live replicas, the answering
+	// one first, when they differ from the set named by the request's
+	// HubsDigest; omitted otherwise, and when the hub knows none. It may
+	// ride on an Unchanged answer. An agent fails over among them after
+	// the replicas given on its command line (see KeepHubs for what it
+	// keeps).
+	Hubs []string `json:"hubs,omitempty"`
 	// HubTime is the hub's clock when it answered, so an agent can warn
 	// about a skewed clock.
 	HubTime time.Time `json:"hub_time"`

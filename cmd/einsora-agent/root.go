@@ -144,6 +144,10 @@ func printStatus(w io.Writer, st agent.Status) {
 	}
 	fmt.Fprintf(w, "machine:    %s\nhub:        %s\nstate dir:  %s\nrunning:    %v\nlast sync:  %s\ngeneration: %d\n",
 		st.MachineID, hubURL, st.StateDir, st.Running, st.LastSync, st.DesiredGeneration)
+	if len(st.Hubs) > 0 {
+		// Learned from the hub: where the agent goes after --hub fails.
+		fmt.Fprintf(w, "replicas:   %s\n", strings.Join(st.Hubs, " "))
+	}
 	if r := st.Revoked; r != nil {
 		fmt.Fprintf(w, "REVOKED:    at %s: %s\n", r.At.UTC().Format(time.RFC3339), r.Message)
 	}

@@ -30,7 +30,7 @@ func TestStatusShowsStateAndLastDriverError(t *testing.T) {
 	desired := &protocol.SyncResponse{StoreID: "st-1", Generation: 1, Workloads: []protocol.DesiredWorkload{
 		{ID: "w-bad", Attempt: 1, Mode: protocol.ModeRun, Kind: protocol.KindContainer, Driver: "sim", Image: "sim:color=blue"},
 		{ID: "w-good", Attempt: 1, Mode: protocol.ModeRun, Kind: protocol.KindContainer, Driver: "sim", Image: "sim"},
-	}}
+	}, Hubs: []string{"https://b.example:8443"}}
 	tr := hubclient.Func(func(ctx context.Context, req *protocol.SyncRequest) (*protocol.SyncResponse, error) {
 		if req.Generation == 1 {
 			select {
@@ -82,8 +82,11 @@ func TestStatusShowsStateAndLastDriverError(t *testing.T) {
 	if st.Workloads[1].LastError != nil {
 		t.Errorf("w-good has an error: %+v", st.Workloads[1].LastError)
 	}
+	if len(st.Hubs) != 1 || st.Hubs[0] != "https://b.example:8443" {
+		t.Errorf("hubs: got %v, want the replica the hub told of", st.Hubs)
+	}
 	text := status()
-	for _, want := range []string{"w-bad", "failed_start", "last error:", "start via sim", "unknown option", "w-good", "running"} {
+	for _, want := range []string{"replicas:   https://b.example:8443", "w-bad", "failed_start", "last error:", "start via sim", "unknown option", "w-good", "running"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("status does not show %q:\n%s", want, text)
 		}

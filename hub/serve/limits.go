@@ -300,6 +300,16 @@ func (b *buckets) take(key string) (ok bool, wait time.Duration) {
 	return false, time.Duration((1 - k.tokens) / b.rate * float64(time.Second))
 }
 
+// refund gives key back one token, up to the burst: for a request the
+// hub, not the caller, made necessary.
+func (b *buckets) refund(key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if k := b.m[key]; k != nil {
+		k.tokens = math.Min(b.burst, k.tokens+1)
+	}
+}
+
 func (b *buckets) sweepLocked(now time.Time) {
 	b.swept = now
 	for key, k := range b.m {

@@ -25,6 +25,7 @@ import (
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/hub/store/postgres"
 	"einsora.dev/edge/hub/store/sqlite"
+	"einsora.dev/edge/protocol"
 )
 
 // Options configures Run.
@@ -230,9 +231,10 @@ func checkDrainTo(s string) error {
 	return nil
 }
 
+// checkReplicaURL refuses a --url agents would not keep (protocol.CheckHubURL).
 func checkReplicaURL(s string) error {
-	if !strings.HasPrefix(s, "https://") || strings.ContainsAny(s, " \t\n") {
-		return errorf("--url %q: want the https:// URL agents reach this replica at, e.g. https://hub-2.example.net:8443", s)
+	if err := protocol.CheckHubURL(s); err != nil {
+		return errorf("--url %q: want the https://HOST:PORT URL agents reach this replica at, e.g. https://hub-2.example.net:8443 (%v)", s, err)
 	}
 	return nil
 }

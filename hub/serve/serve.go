@@ -318,7 +318,10 @@ func (s *Server) busy(w http.ResponseWriter, r *http.Request) {
 	writeError(w, http.StatusServiceUnavailable, "the hub is busy; try again after Retry-After")
 }
 
-// limitMachine holds each machine to its token bucket.
+// limitMachine holds each machine to its token bucket. A poll that the hub
+// answered early because it woke it (desired state changed) is given back:
+// the agent comes straight back for a change it did not make, and a limit
+// a correct agent never reaches must not count the hub's own changes.
 func (s *Server) limitMachine(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := s.api.IdentifyClientCert(r)
@@ -328,6 +331,7 @@ func (s *Server) limitMachine(next http.Handler) http.Handler {
 				writeError(w, http.StatusTooManyRequests, "too many requests from this machine; the agent retries after Retry-After")
 				return
 			}
+			r = r.WithContext(hub.OnWoken(r.Context(), func() { s.machines.refund(id) }))
 		}
 		next.ServeHTTP(w, r) // which answers 401 without a certificate
 	})

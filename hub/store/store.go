@@ -124,6 +124,25 @@ type Tx interface {
 	Lease(name string) (Lease, error)
 	// PutLease writes the named lease.
 	PutLease(l Lease) error
+
+	// PutReplica records that the replica at r.URL was seen at r.Seen,
+	// adding it or moving its time.
+	PutReplica(r Replica) error
+	// Replicas returns at most limit replicas seen at or after since, in
+	// URL order.
+	Replicas(since time.Time, limit int) ([]Replica, error)
+	// CountReplicas is how many replicas are recorded, live or not.
+	CountReplicas() (int, error)
+	// PruneReplicas deletes the replicas last seen before before and
+	// returns how many went.
+	PruneReplicas(before time.Time) (int, error)
+}
+
+// Replica is a hub replica that publishes its agents' URL (hub.Config.URL),
+// and when it last said it was alive.
+type Replica struct {
+	URL  string
+	Seen time.Time
 }
 
 // ErrUsed is returned for a single-use token used before.

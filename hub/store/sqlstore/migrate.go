@@ -47,6 +47,9 @@ var migrations = []string{
 	// The controller pages through what waits in (created, id) order; a
 	// backlog of 100,000 must not be sorted whole for each page.
 	`CREATE INDEX workloads_waiting ON workloads (state, created);`,
+	// Replicas publish their agents' URLs, so agents can move between
+	// them (issue 18).
+	`CREATE TABLE replicas (url TEXT PRIMARY KEY, seen BIGINT NOT NULL);`,
 }
 
 // migrationLock is the key of the advisory lock every migration

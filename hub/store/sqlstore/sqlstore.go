@@ -826,3 +826,42 @@ func (t *tx) PutLease(l store.Lease) error {
 		l.Name, l.Holder, l.Epoch, ts(l.Expires))
 	return err
 }
+
+func (t *tx) PutReplica(r store.Replica) error {
+	_, err := t.exec(`INSERT INTO replicas (url, seen) VALUES (?, ?)
+		ON CONFLICT (url) DO UPDATE SET seen = excluded.seen`, r.URL, ts(r.Seen))
+	return err
+}
+
+func (t *tx) Replicas(since time.Time, limit int) ([]store.Replica, error) {
+	rows, err := t.query(`SELECT url, seen FROM replicas WHERE seen >= ? ORDER BY url`+t.s.d.Collate+` LIMIT ?`, ts(since), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Replica
+	for rows.Next() {
+		var r store.Replica
+		var seen int64
+		if err := rows.Scan(&r.URL, &seen); err != nil {
+			return nil, err
+		}
+		r.Seen = fromTS(seen)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func (t *tx) CountReplicas() (n int, err error) {
+	err = t.queryRow(`SELECT COUNT(*) FROM replicas`).Scan(&n)
+	return n, err
+}
+
+func (t *tx) PruneReplicas(before time.Time) (int, error) {
+	res, err := t.exec(`DELETE FROM replicas WHERE seen < ?`, ts(before))
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}

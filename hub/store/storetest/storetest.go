@@ -39,6 +39,45 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("timeline_collapses_and_trims", func(t *testing.T) { testTimelineBounds(t, open(t)) })
 	t.Run("removed_timelines_deleted", func(t *testing.T) { testRemovedTimelines(t, open(t)) })
 	t.Run("certificates", func(t *testing.T) { testCertificates(t, open(t)) })
+	t.Run("replicas", func(t *testing.T) { testReplicas(t, open(t)) })
+}
+
+func testReplicas(t *testing.T, s store.Store) {
+	update(t, s, func(tx store.Tx) error {
+		for i, u := range []string{"https://b:1", "https://a:1", "https://c:1"} {
+			if err := tx.PutReplica(store.Replica{URL: u, Seen: at.Add(time.Duration(i) * time.Second)}); err != nil {
+				return err
+			}
+		}
+		// Seen again: moved, not added.
+		return tx.PutReplica(store.Replica{URL: "https://b:1", Seen: at.Add(5 * time.Second)})
+	})
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Replicas(at.Add(2*time.Second), 10)
+		if err != nil || len(got) != 2 || got[0].URL != "https://b:1" || !got[0].Seen.Equal(at.Add(5*time.Second)) || got[1].URL != "https://c:1" {
+			t.Errorf("live replicas: got %+v, %v; want b then c", got, err)
+		}
+		if got, err := tx.Replicas(time.Time{}, 2); err != nil || len(got) != 2 || got[0].URL != "https://a:1" {
+			t.Errorf("at most 2: got %+v, %v", got, err)
+		}
+		if n, err := tx.CountReplicas(); err != nil || n != 3 {
+			t.Errorf("count: got %d, %v; want 3", n, err)
+		}
+		return nil
+	})
+	update(t, s, func(tx store.Tx) error {
+		n, err := tx.PruneReplicas(at.Add(2 * time.Second))
+		if err != nil || n != 1 {
+			t.Errorf("pruned %d, %v; want 1 (a)", n, err)
+		}
+		return nil
+	})
+	view(t, s, func(tx store.Tx) error {
+		if n, err := tx.CountReplicas(); err != nil || n != 2 {
+			t.Errorf("count after pruning: got %d, %v; want 2", n, err)
+		}
+		return nil
+	})
 }
 
 var at = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)

@@ -1,0 +1,158 @@
+package hub
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/protocol"
+)
+
+// The replica registry: each replica started with a URL (Config.URL) says
+// in the store every ReplicaRefresh that it is alive, and a replica not
+// heard of for ReplicaLive is left out of the list agents are sent, and
+// pruned. Operators start replicas, so MaxReplicas is a bound on a bug, not
+// on an attack.
+const (
+	ReplicaRefresh = 10 * time.Second
+	ReplicaLive    = 3 * ReplicaRefresh
+	MaxReplicas    = 64
+)
+
+// replicaList is the live replicas' URLs as last read, this one first.
+type replicaList struct {
+	// mu guards the following fields.
+	mu     sync.Mutex
+	urls   []string
+	digest string
+}
+
+func (l *replicaList) get() ([]string, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.urls, l.digest
+}
+
+func (l *replicaList) set(urls []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.urls, l.digest = urls, protocol.HubsDigest(urls)
+}
+
+// Hubs is the live replicas' agents' URLs as agents are sent them: this
+// one's first, then the others in URL order, at most protocol.MaxHubs.
+func (h *Hub) Hubs() []string {
+	urls, _ := h.replicas.get()
+	return slices.Clone(urls)
+}
+
+// RefreshReplicas records this replica as alive (when it has a URL),
+// prunes those not heard of for ReplicaLive, and reads the live ones. Run
+// calls it every ReplicaRefresh; tests call it directly.
+func (h *Hub) RefreshReplicas(ctx context.Context) error {
+	now := h.clk.Now()
+	var live []store.Replica
+	read := func(tx store.Tx) (err error) {
+		live, err = tx.Replicas(now.Add(-ReplicaLive), MaxReplicas)
+		return err
+	}
+	var err error
+	if h.cfg.URL == "" {
+		err = h.store.View(ctx, read)
+	} else {
+		full := false
+		err = h.store.Update(ctx, func(tx store.Tx) error {
+			full = false
+			if _, err := tx.PruneReplicas(now.Add(-ReplicaLive)); err != nil {
+				return err
+			}
+			n, err := tx.CountReplicas()
+			if err != nil {
+				return err
+			}
+			known, err := tx.Replicas(time.Time{}, MaxReplicas)
+			if err != nil {
+				return err
+			}
+			if n >= MaxReplicas && !slices.ContainsFunc(known, func(r store.Replica) bool { return r.URL == h.cfg.URL }) {
+				full = true
+			} else if err := tx.PutReplica(store.Replica{URL: h.cfg.URL, Seen: now}); err != nil {
+				return err
+			}
+			return read(tx)
+		})
+		if full {
+			h.log.Warn("the replica registry is full; this replica's URL is not published to agents", "url", h.cfg.URL, "max", MaxReplicas)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	urls := make([]string, 0, len(live)+1)
+	if h.cfg.URL != "" {
+		urls = append(urls, h.cfg.URL)
+	}
+	for _, r := range live {
+		if len(urls) == protocol.MaxHubs {
+			break
+		}
+		if r.URL != h.cfg.URL && protocol.CheckHubURL(r.URL) == nil {
+			urls = append(urls, r.URL)
+		}
+	}
+	if len(urls) == 0 {
+		urls = nil
+	}
+	h.replicas.set(urls)
+	return nil
+}
+
+// replicaLoop refreshes the registry every ReplicaRefresh until ctx is
+// done.
+func (h *Hub) replicaLoop(ctx context.Context) {
+	for {
+		if err := h.RefreshReplicas(ctx); err != nil && ctx.Err() == nil {
+			// Agents keep the list they have; it only ages.
+			h.log.Warn("cannot refresh the replica registry; agents keep the replica URLs they know", "err", err)
+		}
+		t := h.clk.NewTimer(ReplicaRefresh)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// withHubs returns resp with the live replicas' URLs when they differ from
+// the set the agent named by digest; resp itself is never changed (it may
+// be the cached desired state).
+func (h *Hub) withHubs(resp *protocol.SyncResponse, digest string) *protocol.SyncResponse {
+	urls, d := h.replicas.get()
+	if len(urls) == 0 || d == digest {
+		return resp
+	}
+	out := *resp
+	out.Hubs = slices.Clone(urls)
+	return &out
+}
+
+type wokenKey struct{}
+
+// OnWoken returns ctx carrying fn, which Sync calls when it answers the
+// poll early because the hub woke it (desired state changed, or the
+// replicas' notifications were missed): the HTTP layer then gives the
+// machine back the request it was charged, since the hub, not the agent,
+// cut the poll short.
+func OnWoken(ctx context.Context, fn func()) context.Context {
+	return context.WithValue(ctx, wokenKey{}, fn)
+}
+
+func noteWoken(ctx context.Context) {
+	if fn, ok := ctx.Value(wokenKey{}).(func()); ok && fn != nil {
+		fn()
+	}
+}

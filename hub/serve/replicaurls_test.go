@@ -1,0 +1,135 @@
+package serve_test
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"einsora.dev/edge/agent"
+	"einsora.dev/edge/hub"
+	"einsora.dev/edge/hub/ca"
+	"einsora.dev/edge/hub/serve"
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/hub/store/sqlite"
+	"einsora.dev/edge/protocol"
+)
+
+// replica is one hub process of several over one store, serving agents on
+// its own address with real TLS.
+type replica struct {
+	url    string
+	hub    *hub.Hub
+	srv    *serve.Server
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+func startReplica(t *testing.T, st store.Store, hubCA *ca.CA) *replica {
+	t.Helper()
+	ln, err := serve.Listen(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &replica{url: "https://" + ln.Addr().String()}
+	r.hub, err = hub.New(context.Background(), hub.Config{
+		Store: st, CA: hubCA, Logger: discard, PollTimeout: 5 * time.Second, Region: "r1", AllowSim: true,
+		ControllerInterval: 200 * time.Millisecond, LeaseTTL: time.Second, URL: r.url,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := hubCA.ServerCertificate([]string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.srv = serve.NewServer(serve.Config{Hub: r.hub, CA: hubCA, Certificate: cert, Logger: discard, PollTimeout: 5 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.done.Go(func() { r.hub.Run(ctx) })
+	r.done.Go(func() { r.srv.Serve(ln) })
+	t.Cleanup(r.stop)
+	return r
+}
+
+// stop stops the replica abruptly, as a crash would.
+func (r *replica) stop() {
+	r.srv.Close()
+	r.cancel()
+	r.done.Wait()
+}
+
+// TestAgentLearnsAReplicaAndMovesToIt: an agent enrolled with replica A
+// and told of no other learns B's URL from A's answer; when A stops, it
+// syncs with B, which its command line never named, and runs what B
+// places.
+func TestAgentLearnsAReplicaAndMovesToIt(t *testing.T) {
+	dir := t.TempDir()
+	hubCA, err := ca.Open(ca.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "hub.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	a := startReplica(t, st, hubCA)
+	b := startReplica(t, st, hubCA)
+	ctx := context.Background()
+	// Run refreshes on its own timer; here each replica has seen the
+	// other before the agent enrols.
+	for _, r := range []*replica{b, a} {
+		if err := r.hub.RefreshReplicas(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.hub.EnsureTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := a.hub.CreateEnrollToken(ctx, "acme", "r1", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateDir := filepath.Join(dir, "agent")
+	if _, err := agent.Enroll(ctx, agent.EnrollOptions{StateDir: stateDir, HubURL: a.url, Token: tok.String()}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := agent.ReadStatus(stateDir); err != nil || !slices.Contains(got.Hubs, b.url) {
+		t.Fatalf("after enrolment the agent knows %v (%v), want B %s among them", got.Hubs, err, b.url)
+	}
+
+	actx, stopAgent := context.WithCancel(ctx)
+	var running sync.WaitGroup
+	running.Go(func() {
+		err := agent.RunNetworked(actx, agent.NetworkedConfig{
+			StateDir: stateDir, Drivers: "sim", Logger: discard,
+			Inventory: func(context.Context) protocol.Inventory { return testInventory() },
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	t.Cleanup(func() { stopAgent(); running.Wait() })
+	waitFor(t, 15*time.Second, "the agent's first sync", func() bool {
+		s, err := agent.ReadStatus(stateDir)
+		return err == nil && s.StoreID != ""
+	})
+
+	a.stop()
+	w, err := b.hub.CreateWorkload(ctx, hub.WorkloadSpec{
+		Tenant: "acme", Name: "web", Kind: protocol.KindContainer, Class: "cpu-1", Region: "r1", Image: "sim:",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the workload placed by B to run", func() bool {
+		got, err := b.hub.Workload(ctx, w.ID)
+		return err == nil && got.State == store.StateRunning
+	})
+	if s, _ := agent.ReadStatus(stateDir); s.Hub != a.url {
+		t.Errorf("the agent's enrolment names %s, want A %s still: it moved by what it learned", s.Hub, a.url)
+	}
+}
