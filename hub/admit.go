@@ -126,6 +126,7 @@ func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (la
 		epoch    int64
 		settling bool
 	)
+	c.backend.Prepare()
 	err = c.store.Update(ctx, func(tx store.Tx) error {
 		wakes, decided, last, n, settling = wakes[:0], decided[:0], store.Workload{}, 0, false
 		var err error
@@ -173,6 +174,8 @@ func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (la
 			outcomes = append(outcomes, placementOutcome{OutcomeQueued, d.code})
 		}
 	}
+	// What it placed or moved now holds capacity elsewhere.
+	c.backend.Changed(machinesOf(refsOf(wakes))...)
 	tell(c.backend, wakes)
 	c.countPlacements(outcomes)
 	return last, n, nil

@@ -138,7 +138,7 @@ func (h *Hub) Enroll(ctx context.Context, req *EnrollRequest) (*protocol.Certifi
 		return nil, fmt.Errorf("enrol %s: %w", req.MachineID, err)
 	}
 	h.log.Info("machine enrolled", "machine", resp.MachineID, "owner", resp.Owner, "region", resp.Region, "cert_expires", resp.Expires)
-	h.wakeLeader(ctx, true)
+	h.wakeLeader(ctx, true, resp.MachineID)
 	return resp, nil
 }
 

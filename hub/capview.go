@@ -1,0 +1,308 @@
+package hub
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"einsora.dev/edge/hub/placement"
+	"einsora.dev/edge/hub/store"
+)
+
+// capView is the leading controller's capacity view (issue 13): the
+// region's machines as placement needs them, with the workloads that hold
+// capacity on each. Reading the whole fleet in every admit batch made each
+// change cost time proportional to the fleet; the view is read whole only
+// when a term starts (or when it cannot be trusted), then each admit batch
+// re-reads, in its own transaction, just the machines that changed since.
+// Nothing is known only here (rule 1): the view is a cache of the store,
+// and a periodic full read (check) must agree with it.
+//
+// Presence is judged at use time from the cached last sync and the polls
+// held here; the periodic check refreshes the last syncs, which the
+// presence batches move without telling anyone.
+type capView struct {
+	region string
+
+	// mu guards changed and lost.
+	mu sync.Mutex
+	// changed holds the machines whose record, or what is placed on
+	// them, changed since the view last read them. Bounded: past
+	// maxChanged, lost is set instead and the view is read whole.
+	changed map[string]bool
+	// lost: the view cannot be trusted (a new term, missed
+	// notifications, too many changes to list); read it whole.
+	lost bool
+
+	// The pass goroutine alone touches the following fields.
+	// pending and pendingLost are what prepare took, for the next
+	// transaction to read again; kept until one has.
+	pending     []string
+	pendingLost bool
+	// machines are the region's machines by ID; nil before the first
+	// full read.
+	machines map[string]*viewMachine
+	// diffs counts the machines a full check found the view wrong about.
+	diffs atomic.Int64
+}
+
+// viewMachine is one machine of the view.
+type viewMachine struct {
+	m store.Machine
+	// holding are the workloads that hold capacity on it (provisioning,
+	// running, stopping), oldest first.
+	holding []store.Workload
+}
+
+// maxChanged bounds the machines a view lists as changed before it gives
+// up listing and reads the store whole: the IDs come from notifications.
+const maxChanged = 100_000
+
+// holdingStates are the states in which a placed workload holds
+// capacity on its machine.
+var holdingStates = []store.State{store.StateProvisioning, store.StateRunning, store.StateStopping}
+
+func newCapView(region string) *capView {
+	return &capView{region: region, changed: make(map[string]bool), lost: true}
+}
+
+// touch marks machines as changed: the next use re-reads them. Call it
+// after the commit that changed them; safe from any goroutine.
+func (v *capView) touch(ids ...string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.lost {
+		return
+	}
+	for _, id := range ids {
+		if id == "" {
+			continue
+		}
+		if len(v.changed) >= maxChanged {
+			v.lost = true
+			clear(v.changed)
+			return
+		}
+		v.changed[id] = true
+	}
+}
+
+// forget makes the next use read the store whole.
+func (v *capView) forget() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.lost = true
+	clear(v.changed)
+}
+
+// prepare takes what changed, for the next transaction to read again.
+// It is called before that transaction begins, so the transaction sees
+// every commit whose change it took (a change is told after its commit),
+// whatever the store's isolation.
+func (v *capView) prepare() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.pendingLost = v.pendingLost || v.lost || len(v.pending)+len(v.changed) > maxChanged
+	v.lost = false
+	if v.pendingLost {
+		v.pending = nil
+	} else {
+		for id := range v.changed {
+			v.pending = append(v.pending, id)
+		}
+	}
+	clear(v.changed)
+}
+
+// update brings the view up to date in tx with what prepare took: the
+// changed machines read again, or the whole region read when the view
+// was lost (or never read). What it could not read stays pending.
+func (v *capView) update(tx store.Tx) error {
+	if v.pendingLost || v.machines == nil {
+		ms, err := v.readAll(tx)
+		if err != nil {
+			return err
+		}
+		v.machines, v.pending, v.pendingLost = ms, nil, false
+		return nil
+	}
+	for len(v.pending) > 0 {
+		if err := v.reread(tx, v.pending[0]); err != nil {
+			return err
+		}
+		v.pending = v.pending[1:]
+	}
+	v.pending = nil
+	return nil
+}
+
+// reread reads one machine and what holds capacity on it.
+func (v *capView) reread(tx store.Tx, id string) error {
+	m, err := tx.Machine(id)
+	if errors.Is(err, store.ErrNotFound) {
+		delete(v.machines, id)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read machine %s: %w", id, err)
+	}
+	if m.Region != v.region {
+		delete(v.machines, id)
+		return nil
+	}
+	ws, err := tx.Workloads(store.WorkloadFilter{Machine: id, States: holdingStates})
+	if err != nil {
+		return fmt.Errorf("read the workloads of machine %s: %w", id, err)
+	}
+	v.machines[id] = &viewMachine{m: m, holding: ws}
+	return nil
+}
+
+// readAll reads the region's machines and what holds capacity on them:
+// the full pass the view replaces per change.
+func (v *capView) readAll(tx store.Tx) (map[string]*viewMachine, error) {
+	ms, err := tx.Machines()
+	if err != nil {
+		return nil, fmt.Errorf("read the machines: %w", err)
+	}
+	out := make(map[string]*viewMachine, len(ms))
+	for _, m := range ms {
+		if m.Region == v.region {
+			out[m.ID] = &viewMachine{m: m}
+		}
+	}
+	ws, err := tx.Workloads(store.WorkloadFilter{States: holdingStates})
+	if err != nil {
+		return nil, fmt.Errorf("read the placed workloads: %w", err)
+	}
+	for _, w := range ws {
+		if vm := out[w.Machine]; vm != nil {
+			vm.holding = append(vm.holding, w)
+		}
+	}
+	return out, nil
+}
+
+// offer is placement's view of the machines: those with a validated
+// inventory and not revoked, online as presence judges them now.
+func (v *capView) offer(p presence, classes map[string]store.Class) []placement.Machine {
+	pms := make([]placement.Machine, 0, len(v.machines))
+	for _, vm := range v.machines {
+		if pm, ok := placementMachine(vm, classes); ok {
+			pm.Online = p.online(vm.m)
+			pms = append(pms, pm)
+		}
+	}
+	return pms
+}
+
+// placementMachine is vm as placement sees it, but for Online; ok is
+// false for a machine placement never sees.
+func placementMachine(vm *viewMachine, classes map[string]store.Class) (placement.Machine, bool) {
+	m := vm.m
+	if m.Inventory == nil || m.Revoked {
+		return placement.Machine{}, false
+	}
+	var held []placement.Held
+	for _, w := range vm.holding {
+		class := classes[w.Class]
+		held = append(held, placement.Held{
+			Workload: w.ID, Driver: w.Driver, Kind: w.Kind, Image: w.Image, CPUs: class.CPUs, MemoryMB: class.MemoryMB, Devices: w.Devices,
+			Ports: w.Spec.Ports,
+		})
+	}
+	return placement.Machine{
+		ID: m.ID, Owner: m.Owner, Region: m.Region, OS: m.OS, Arch: m.Arch,
+		CPUs: m.Inventory.CPUs, MemoryMB: m.Inventory.MemoryMB,
+		Devices:   placement.DevicesFromInventory(*m.Inventory),
+		Engine:    placement.EngineOf(*m.Inventory),
+		Drivers:   m.Inventory.Drivers,
+		Withdrawn: m.Inventory.Withdrawn,
+		Features:  m.Inventory.Features,
+		Holding:   held,
+	}, true
+}
+
+// viewDiff is one machine the view had wrong.
+type viewDiff struct {
+	Machine string
+	// What says what differed, in words.
+	What string
+}
+
+// check reads the region whole in tx, after bringing the view up to date
+// with what prepare took, and compares the two as
+// placement would see them. It then adopts the full read, which also
+// refreshes every machine's last sync. It returns the machines the view
+// had wrong.
+func (v *capView) check(tx store.Tx, classes map[string]store.Class) ([]viewDiff, error) {
+	if err := v.update(tx); err != nil {
+		return nil, err
+	}
+	full, err := v.readAll(tx)
+	if err != nil {
+		return nil, err
+	}
+	diffs := compareViews(v.machines, full, classes)
+	v.machines = full
+	v.diffs.Add(int64(len(diffs)))
+	return diffs, nil
+}
+
+// compareViews lists the machines where inc differs from full, by what
+// placement reads of them: presence (the last sync, which presence
+// batches move silently) is left out.
+func compareViews(inc, full map[string]*viewMachine, classes map[string]store.Class) []viewDiff {
+	var diffs []viewDiff
+	for id, f := range full {
+		i, ok := inc[id]
+		if !ok {
+			diffs = append(diffs, viewDiff{id, "missing from the view"})
+			continue
+		}
+		if what := diffMachine(i, f, classes); what != "" {
+			diffs = append(diffs, viewDiff{id, what})
+		}
+	}
+	for id := range inc {
+		if _, ok := full[id]; !ok {
+			diffs = append(diffs, viewDiff{id, "in the view but not in the store's region"})
+		}
+	}
+	slices.SortFunc(diffs, func(a, b viewDiff) int { return cmp.Compare(a.Machine, b.Machine) })
+	return diffs
+}
+
+func diffMachine(inc, full *viewMachine, classes map[string]store.Class) string {
+	a, aok := placementMachine(inc, classes)
+	b, bok := placementMachine(full, classes)
+	switch {
+	case aok != bok:
+		return fmt.Sprintf("offered to placement: view %t, store %t", aok, bok)
+	case !aok:
+		return ""
+	}
+	byID := func(x, y placement.Held) int { return cmp.Compare(x.Workload, y.Workload) }
+	slices.SortFunc(a.Holding, byID)
+	slices.SortFunc(b.Holding, byID)
+	if !reflect.DeepEqual(a.Holding, b.Holding) {
+		return fmt.Sprintf("holding: view %v, store %v", heldIDs(a.Holding), heldIDs(b.Holding))
+	}
+	a.Holding, b.Holding = nil, nil
+	if !reflect.DeepEqual(a, b) {
+		return fmt.Sprintf("record: view %+v, store %+v", a, b)
+	}
+	return ""
+}
+
+func heldIDs(hs []placement.Held) []string {
+	ids := make([]string, len(hs))
+	for i, h := range hs {
+		ids[i] = h.Workload
+	}
+	return ids
+}
