@@ -135,9 +135,9 @@ type agentBackend struct {
 	view *capView
 }
 
-func (b *agentBackend) Run(refs ...Ref)    { b.wake(machinesOf(refs)) }
-func (b *agentBackend) Park(refs ...Ref)   { b.wake(machinesOf(refs)) }
-func (b *agentBackend) Delete(refs ...Ref) { b.wake(machinesOf(refs)) }
+func (b *agentBackend) Run(refs ...Ref)       { b.wake(machinesOf(refs)) }
+func (b *agentBackend) Park(refs ...Ref)      { b.wake(machinesOf(refs)) }
+func (b *agentBackend) Delete(refs ...Ref)    { b.wake(machinesOf(refs)) }
 func (b *agentBackend) Changed(ids ...string) { b.view.touch(ids...) }
 func (b *agentBackend) Forget()               { b.view.forget() }
 func (b *agentBackend) Prepare()              { b.view.prepare() }
