@@ -156,7 +156,8 @@ func (c *Controller) passFor(ctx context.Context, timed bool) error {
 	defer c.timePass(now)
 	errs := []error{c.observe(ctx), c.admit(ctx)}
 	if now.Sub(c.viewChecked) >= c.viewCheckEvery() {
-		errs = append(errs, c.checkCapacity(ctx))
+		_, err := c.checkCapacity(ctx)
+		errs = append(errs, err)
 	}
 	if timed || now.Sub(c.swept) >= c.cfg.ControllerInterval {
 		c.swept = now
@@ -175,7 +176,8 @@ func (c *Controller) viewCheckEvery() time.Duration { return touchEvery(c.cfg.Of
 // the view admission keeps up to date per change (capview.go). The two
 // must agree: a difference is a change the view missed, logged as an
 // error naming the machine, counted, and mended by adopting the full read.
-func (c *Controller) checkCapacity(ctx context.Context) error {
+// It returns what differed.
+func (c *Controller) checkCapacity(ctx context.Context) ([]viewDiff, error) {
 	c.viewChecked = c.clk.Now()
 	c.backend.Prepare()
 	var diffs []viewDiff
@@ -188,7 +190,7 @@ func (c *Controller) checkCapacity(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("check the capacity view: %w", err)
+		return nil, fmt.Errorf("check the capacity view: %w", err)
 	}
 	for _, d := range diffs {
 		c.log.Error("the capacity view missed a change; adopting the store's", "machine", d.Machine, "differed", d.What)
@@ -197,7 +199,7 @@ func (c *Controller) checkCapacity(ctx context.Context) error {
 		// What it missed may be capacity that grew.
 		c.capacityChanged()
 	}
-	return nil
+	return diffs, nil
 }
 
 func (c *Controller) wakeController() {
