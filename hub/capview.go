@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"sync"
@@ -46,6 +47,13 @@ type capView struct {
 	// machines are the region's machines by ID; nil before the first
 	// full read.
 	machines map[string]*viewMachine
+	// sorted are the machines in ID order, as placement takes them
+	// (sorting a fleet's worth of machines per batch costs); nil when a
+	// machine came or went since.
+	sorted []*viewMachine
+	// classes are the classes the machines' placement forms were made
+	// with; an edited class makes them again.
+	classes map[string]store.Class
 	// diffs counts the machines a full check found the view wrong about.
 	diffs atomic.Int64
 }
@@ -56,6 +64,10 @@ type viewMachine struct {
 	// holding are the workloads that hold capacity on it (provisioning,
 	// running, stopping), oldest first.
 	holding []store.Workload
+	// pm is its placement form, but for Online, made once (when made is
+	// set); offered is false for a machine placement never sees.
+	pm            placement.Machine
+	made, offered bool
 }
 
 // maxChanged bounds the machines a view lists as changed before it gives
@@ -127,7 +139,7 @@ func (v *capView) update(tx store.Tx) error {
 		if err != nil {
 			return err
 		}
-		v.machines, v.pending, v.pendingLost = ms, nil, false
+		v.machines, v.sorted, v.pending, v.pendingLost = ms, nil, nil, false
 		return nil
 	}
 	for len(v.pending) > 0 {
@@ -144,22 +156,35 @@ func (v *capView) update(tx store.Tx) error {
 func (v *capView) reread(tx store.Tx, id string) error {
 	m, err := tx.Machine(id)
 	if errors.Is(err, store.ErrNotFound) {
-		delete(v.machines, id)
+		v.drop(id)
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("read machine %s: %w", id, err)
 	}
 	if m.Region != v.region {
-		delete(v.machines, id)
+		v.drop(id)
 		return nil
 	}
 	ws, err := tx.Workloads(store.WorkloadFilter{Machine: id, States: holdingStates})
 	if err != nil {
 		return fmt.Errorf("read the workloads of machine %s: %w", id, err)
 	}
+	if vm := v.machines[id]; vm != nil {
+		// In place: sorted keeps pointing at it.
+		*vm = viewMachine{m: m, holding: ws}
+		return nil
+	}
 	v.machines[id] = &viewMachine{m: m, holding: ws}
+	v.sorted = nil
 	return nil
+}
+
+func (v *capView) drop(id string) {
+	if _, ok := v.machines[id]; ok {
+		delete(v.machines, id)
+		v.sorted = nil
+	}
 }
 
 // readAll reads the region's machines and what holds capacity on them:
@@ -189,10 +214,26 @@ func (v *capView) readAll(tx store.Tx) (map[string]*viewMachine, error) {
 
 // offer is placement's view of the machines: those with a validated
 // inventory and not revoked, online as presence judges them now.
+// Each machine's placement form is made once per change of it, in ID
+// order, so a batch only copies them.
 func (v *capView) offer(p presence, classes map[string]store.Class) []placement.Machine {
-	pms := make([]placement.Machine, 0, len(v.machines))
-	for _, vm := range v.machines {
-		if pm, ok := placementMachine(vm, classes); ok {
+	if !maps.Equal(v.classes, classes) {
+		v.classes = maps.Clone(classes)
+		for _, vm := range v.machines {
+			vm.made = false
+		}
+	}
+	if v.sorted == nil {
+		v.sorted = slices.SortedFunc(maps.Values(v.machines), func(a, b *viewMachine) int { return cmp.Compare(a.m.ID, b.m.ID) })
+	}
+	pms := make([]placement.Machine, 0, len(v.sorted))
+	for _, vm := range v.sorted {
+		if !vm.made {
+			vm.pm, vm.offered = placementMachine(vm, classes)
+			vm.made = true
+		}
+		if vm.offered {
+			pm := vm.pm
 			pm.Online = p.online(vm.m)
 			pms = append(pms, pm)
 		}
@@ -248,7 +289,7 @@ func (v *capView) check(tx store.Tx, classes map[string]store.Class) ([]viewDiff
 		return nil, err
 	}
 	diffs := compareViews(v.machines, full, classes)
-	v.machines = full
+	v.machines, v.sorted = full, nil
 	v.diffs.Add(int64(len(diffs)))
 	return diffs, nil
 }
