@@ -42,7 +42,7 @@ type capView struct {
 	// The pass goroutine alone touches the following fields.
 	// pending and pendingLost are what prepare took, for the next
 	// transaction to read again; kept until one has.
-	pending     []string
+	pending     map[string]bool
 	pendingLost bool
 	// machines are the region's machines by ID; nil before the first
 	// full read.
@@ -120,12 +120,13 @@ func (v *capView) prepare() {
 	defer v.mu.Unlock()
 	v.pendingLost = v.pendingLost || v.lost || len(v.pending)+len(v.changed) > maxChanged
 	v.lost = false
+	if v.pending == nil {
+		v.pending = make(map[string]bool)
+	}
 	if v.pendingLost {
-		v.pending = nil
+		clear(v.pending)
 	} else {
-		for id := range v.changed {
-			v.pending = append(v.pending, id)
-		}
+		maps.Copy(v.pending, v.changed)
 	}
 	clear(v.changed)
 }
@@ -139,16 +140,16 @@ func (v *capView) update(tx store.Tx) error {
 		if err != nil {
 			return err
 		}
-		v.machines, v.sorted, v.pending, v.pendingLost = ms, nil, nil, false
+		v.machines, v.sorted, v.pendingLost = ms, nil, false
+		clear(v.pending)
 		return nil
 	}
-	for len(v.pending) > 0 {
-		if err := v.reread(tx, v.pending[0]); err != nil {
+	for id := range v.pending {
+		if err := v.reread(tx, id); err != nil {
 			return err
 		}
-		v.pending = v.pending[1:]
+		delete(v.pending, id)
 	}
-	v.pending = nil
 	return nil
 }
 

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
+	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/protocol"
 )
@@ -188,4 +190,34 @@ func randomFleet(t *testing.T, seed uint64, steps int) {
 // isGone: the workload went, or is going, as an earlier step asked.
 func isGone(err error) bool {
 	return errors.Is(err, store.ErrNotFound) || errors.Is(err, ErrInvalid)
+}
+
+// A new term reads capacity whole: while another hub led, it placed
+// workloads this hub's view knows nothing of (no notifications between
+// SQLite hubs), and trusting the view would over-commit the machine.
+func TestNewTermReadsCapacityWhole(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hub.db")
+	clk := clock.NewFake(epoch)
+	a := openTestHubAs(t, path, clk, "a")
+	b := openTestHubAs(t, path, clk, "b")
+	a.machine("m-1") // 8 CPUs
+	create := func(h *testHub, name string) store.Workload {
+		t.Helper()
+		w, err := h.CreateWorkload(context.Background(), WorkloadSpec{Tenant: "local", Name: name, Kind: protocol.KindContainer, Class: "cpu-4", Region: "local", Image: "sim:"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.pass()
+		return w
+	}
+	wantState(t, a, create(a, "first").ID, store.StateProvisioning)
+	// a's lease lapses; b leads and fills the machine.
+	clk.Advance(a.cfg.LeaseTTL + time.Second)
+	wantState(t, b, create(b, "second").ID, store.StateProvisioning)
+	// b's lease lapses; a leads again, with a view of the first term.
+	clk.Advance(b.cfg.LeaseTTL + time.Second)
+	third := create(a, "third")
+	if got := a.workload(third.ID); got.State != store.StateQueued {
+		t.Fatalf("third cpu-4 workload on an 8-CPU machine holding two: %s on %s, want queued", got.State, got.Machine)
+	}
 }
