@@ -50,6 +50,8 @@ func (c *Controller) capacityChanged() {
 // sweeping. (New work may so take capacity before an older queued
 // workload the scan has yet to reach.)
 func (c *Controller) admit(ctx context.Context) error {
+	c.admitMu.Lock()
+	defer c.admitMu.Unlock()
 	start := c.clk.Now()
 	a := &c.admission
 	if gen := c.capGen.Load(); !a.scanning && a.scanned != gen {

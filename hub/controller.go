@@ -51,7 +51,12 @@ type Controller struct {
 	retiredLines, trimmedLines atomic.Int64
 	// capGen counts the changes that may have grown capacity; admission
 	// examines queued workloads again only when it moved.
-	capGen    atomic.Uint64
+	capGen atomic.Uint64
+	// admitMu makes admission, and the capacity view it reads, one at a
+	// time: the view is right only if each batch sees the changes of the
+	// batches before it (passes are one at a time already; tests call
+	// admit concurrently).
+	admitMu   sync.Mutex
 	admission admission
 	// swept is when sweep last ran, viewChecked when the capacity view
 	// was last checked against a full read. Only the passes touch them.
@@ -178,6 +183,8 @@ func (c *Controller) viewCheckEvery() time.Duration { return touchEvery(c.cfg.Of
 // error naming the machine, counted, and mended by adopting the full read.
 // It returns what differed.
 func (c *Controller) checkCapacity(ctx context.Context) ([]viewDiff, error) {
+	c.admitMu.Lock()
+	defer c.admitMu.Unlock()
 	c.viewChecked = c.clk.Now()
 	c.backend.Prepare()
 	var diffs []viewDiff
