@@ -221,3 +221,42 @@ func TestNewTermReadsCapacityWhole(t *testing.T) {
 		t.Fatalf("third cpu-4 workload on an 8-CPU machine holding two: %s on %s, want queued", got.State, got.Machine)
 	}
 }
+
+// A change the view missed (here written behind the hub's back) is found
+// by the full check, counted, and mended: the next check finds nothing.
+func TestCapacityCheckMendsAMissedChange(t *testing.T) {
+	h := newTestHub(t)
+	ctx := context.Background()
+	h.machine("m-1")
+	h.machine("m-2")
+	h.pass()
+	if diffs, err := h.ctl.checkCapacity(ctx); err != nil || len(diffs) != 0 {
+		t.Fatalf("first check: %v, %v", diffs, err)
+	}
+	err := h.st.Update(ctx, func(tx store.Tx) error {
+		m, err := tx.Machine("m-2")
+		if err != nil {
+			return err
+		}
+		inv := *m.Inventory
+		inv.CPUs = 2
+		m.Inventory = &inv
+		return tx.PutMachine(m)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffs, err := h.ctl.checkCapacity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(diffs) != 1 || diffs[0].Machine != "m-2" {
+		t.Fatalf("check after a missed change: %+v, want m-2 alone", diffs)
+	}
+	if got := h.Counters().CapacityViewMisses; got != 1 {
+		t.Errorf("CapacityViewMisses %d, want 1", got)
+	}
+	if diffs, err := h.ctl.checkCapacity(ctx); err != nil || len(diffs) != 0 {
+		t.Errorf("check after mending: %v, %v", diffs, err)
+	}
+}

@@ -221,6 +221,17 @@ func (h *Hub) machinesChanged(ids ...string) {
 	}
 }
 
+// viewMisses sums the machines the controllers' capacity views had wrong.
+func (h *Hub) viewMisses() int64 {
+	var n int64
+	for _, c := range h.ctls.list() {
+		if b, ok := c.backend.(*agentBackend); ok {
+			n += b.view.diffs.Load()
+		}
+	}
+	return n
+}
+
 // forgetViews makes every controller read its capacity whole again.
 func (h *Hub) forgetViews() {
 	for _, c := range h.ctls.list() {
