@@ -179,21 +179,26 @@ func (h *Hub) DeleteWorkload(ctx context.Context, id string) error {
 }
 
 func (h *Hub) change(ctx context.Context, id string, fn func(tx store.Tx, w *store.Workload, wakes *changes) error) error {
-	var wakes changes
+	var (
+		wakes   changes
+		machine string
+	)
 	err := h.store.Update(ctx, func(tx store.Tx) error {
 		wakes = wakes[:0]
 		w, err := tx.Workload(id)
 		if err != nil {
 			return err
 		}
+		machine = w.Machine
 		return fn(tx, &w, &wakes)
 	})
 	if err != nil {
 		return err
 	}
 	tell(h.backend, wakes)
-	// A stop, park or delete frees what the workload held.
-	h.wakeLeader(ctx, true)
+	// A stop, park or delete frees what the workload held, on its machine
+	// (a move out of stopping changes no mode, so wakes no machine).
+	h.wakeLeader(ctx, true, machine)
 	return nil
 }
 

@@ -50,6 +50,8 @@ func (c *Controller) capacityChanged() {
 // sweeping. (New work may so take capacity before an older queued
 // workload the scan has yet to reach.)
 func (c *Controller) admit(ctx context.Context) error {
+	c.admitMu.Lock()
+	defer c.admitMu.Unlock()
 	start := c.clk.Now()
 	a := &c.admission
 	if gen := c.capGen.Load(); !a.scanning && a.scanned != gen {
@@ -126,6 +128,7 @@ func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (la
 		epoch    int64
 		settling bool
 	)
+	c.backend.Prepare()
 	err = c.store.Update(ctx, func(tx store.Tx) error {
 		wakes, decided, last, n, settling = wakes[:0], decided[:0], store.Workload{}, 0, false
 		var err error
@@ -173,6 +176,8 @@ func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (la
 			outcomes = append(outcomes, placementOutcome{OutcomeQueued, d.code})
 		}
 	}
+	// What it placed or moved now holds capacity elsewhere.
+	c.backend.Changed(machinesOf(refsOf(wakes))...)
 	tell(c.backend, wakes)
 	c.countPlacements(outcomes)
 	return last, n, nil

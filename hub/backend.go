@@ -29,6 +29,21 @@ type Backend interface {
 	Run(refs ...Ref)
 	Park(refs ...Ref)
 	Delete(refs ...Ref)
+	// Changed tells the runtime, after the commit, that these machines'
+	// records or what is placed on them changed, so a view it keeps of
+	// them reads them again. Safe from any goroutine.
+	Changed(machineIDs ...string)
+	// Prepare is called before each transaction that calls Capacity or
+	// Check: the changes told before it are those that transaction reads
+	// again, so it sees their commits whatever its isolation.
+	Prepare()
+	// Forget drops what the runtime keeps in memory of the store: the
+	// next Capacity reads it whole (a new term, missed notifications).
+	Forget()
+	// Check reads in tx, the old way, what Capacity offers and compares
+	// it with the view Capacity keeps, adopting the full read. It
+	// returns what the view had wrong.
+	Check(tx store.Tx, classes map[string]store.Class) ([]viewDiff, error)
 }
 
 // Ref names a placed workload on the machine that holds it.
@@ -115,11 +130,29 @@ type agentBackend struct {
 	// settled is set, once and for good, when the machines expected have
 	// synced (see settle). Only the controller's admit step touches it.
 	settled bool
+	// view is the region's capacity, kept up to date per change
+	// (capview.go).
+	view *capView
 }
 
-func (b *agentBackend) Run(refs ...Ref)    { b.wake(machinesOf(refs)) }
-func (b *agentBackend) Park(refs ...Ref)   { b.wake(machinesOf(refs)) }
-func (b *agentBackend) Delete(refs ...Ref) { b.wake(machinesOf(refs)) }
+func (b *agentBackend) Run(refs ...Ref)       { b.wake(machinesOf(refs)) }
+func (b *agentBackend) Park(refs ...Ref)      { b.wake(machinesOf(refs)) }
+func (b *agentBackend) Delete(refs ...Ref)    { b.wake(machinesOf(refs)) }
+func (b *agentBackend) Changed(ids ...string) { b.view.touch(ids...) }
+func (b *agentBackend) Forget()               { b.view.forget() }
+func (b *agentBackend) Prepare()              { b.view.prepare() }
+
+func (b *agentBackend) Check(tx store.Tx, classes map[string]store.Class) ([]viewDiff, error) {
+	return b.view.check(tx, classes)
+}
+
+func refsOf(cs changes) []Ref {
+	refs := make([]Ref, len(cs))
+	for i, c := range cs {
+		refs[i] = c.ref
+	}
+	return refs
+}
 
 func machinesOf(refs []Ref) []string {
 	ids := make([]string, len(refs))
@@ -151,46 +184,25 @@ func (b *agentBackend) Observe(tx store.Tx, machineID string) (Observation, bool
 	return obs, true, nil
 }
 
-// Capacity builds placement's view of the machines from the store:
-// validated inventory, registration, and what placed workloads hold.
+// Capacity offers placement the region's machines from the view, after
+// re-reading in tx the machines that changed since it last read them:
+// what a batch places is taken under the same transaction that read it,
+// with no full read of the fleet. Until the fleet has settled, which
+// reads every machine, nothing is offered.
 func (b *agentBackend) Capacity(tx store.Tx, classes map[string]store.Class) (Capacity, error) {
-	ms, err := tx.Machines()
-	if err != nil {
-		return Capacity{}, err
-	}
-	if !b.settle(ms) {
-		return Capacity{Settling: true}, nil
-	}
-	holding, err := tx.Workloads(store.WorkloadFilter{States: []store.State{store.StateProvisioning, store.StateRunning, store.StateStopping}})
-	if err != nil {
-		return Capacity{}, err
-	}
-	held := make(map[string][]placement.Held)
-	for _, w := range holding {
-		class := classes[w.Class]
-		held[w.Machine] = append(held[w.Machine], placement.Held{
-			Workload: w.ID, Driver: w.Driver, Kind: w.Kind, Image: w.Image, CPUs: class.CPUs, MemoryMB: class.MemoryMB, Devices: w.Devices,
-			Ports: w.Spec.Ports,
-		})
-	}
-	pms := make([]placement.Machine, 0, len(ms))
-	for _, m := range ms {
-		if m.Inventory == nil || m.Revoked {
-			continue
+	if !b.settled {
+		ms, err := tx.Machines()
+		if err != nil {
+			return Capacity{}, err
 		}
-		pms = append(pms, placement.Machine{
-			ID: m.ID, Owner: m.Owner, Region: m.Region, OS: m.OS, Arch: m.Arch,
-			Online: b.presence.online(m),
-			CPUs:   m.Inventory.CPUs, MemoryMB: m.Inventory.MemoryMB,
-			Devices:   placement.DevicesFromInventory(*m.Inventory),
-			Engine:    placement.EngineOf(*m.Inventory),
-			Drivers:   m.Inventory.Drivers,
-			Withdrawn: m.Inventory.Withdrawn,
-			Features:  m.Inventory.Features,
-			Holding:   held[m.ID],
-		})
+		if !b.settle(ms) {
+			return Capacity{Settling: true}, nil
+		}
 	}
-	return Capacity{Machines: pms}, nil
+	if err := b.view.update(tx); err != nil {
+		return Capacity{}, err
+	}
+	return Capacity{Machines: b.view.offer(b.presence, classes)}, nil
 }
 
 // settle reports whether the hub may admit. Right after it starts, it has

@@ -36,6 +36,10 @@ type Counters struct {
 	// TimelineLinesRetired: lines of removed workloads' timelines deleted
 	// after TimelineRetention.
 	TimelineLinesRetired int64
+	// CapacityViewMisses: machines a leading controller's capacity view
+	// had wrong at its periodic full check (capview.go); each is a change
+	// the view missed, mended then. Zero in a healthy hub.
+	CapacityViewMisses int64
 }
 
 type dropped struct {
@@ -57,6 +61,7 @@ func (h *Hub) Counters() Counters {
 		StaleStatuses:        h.dropped.stale.Load(),
 		TimelineLinesDropped: h.dropped.trimmed.Load() + h.ctl.trimmedLines.Load(),
 		TimelineLinesRetired: h.ctl.retiredLines.Load(),
+		CapacityViewMisses:   h.viewMisses(),
 	}
 }
 

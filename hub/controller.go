@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -50,8 +51,16 @@ type Controller struct {
 	retiredLines, trimmedLines atomic.Int64
 	// capGen counts the changes that may have grown capacity; admission
 	// examines queued workloads again only when it moved.
-	capGen    atomic.Uint64
+	capGen atomic.Uint64
+	// admitMu makes admission, and the capacity view it reads, one at a
+	// time: the view is right only if each batch sees the changes of the
+	// batches before it (passes are one at a time already; tests call
+	// admit concurrently).
+	admitMu   sync.Mutex
 	admission admission
+	// swept is when sweep last ran, viewChecked when the capacity view
+	// was last checked against a full read. Only the passes touch them.
+	swept, viewChecked time.Time
 }
 
 // newController returns the controller of cfg.Region; cfg has its
@@ -83,10 +92,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	wg.Go(func() { c.keepLease(lctx) })
 	t := c.clk.NewTimer(c.cfg.ControllerInterval)
 	defer t.Stop()
+	timed := true
 	for {
 		leading, changed := c.Leadership()
 		if leading {
-			if err := c.pass(ctx); err != nil && ctx.Err() == nil {
+			if err := c.passFor(ctx, timed); err != nil && ctx.Err() == nil {
 				c.log.Error("controller pass failed", "err", err)
 				if errors.Is(err, ErrNotLeader) {
 					c.setEpoch(0)
@@ -95,12 +105,15 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}
 		t.Reset(c.cfg.ControllerInterval)
+		timed = false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-c.kick:
 		case <-changed:
+			timed = true
 		case <-t.C():
+			timed = true
 		}
 	}
 }
@@ -134,9 +147,66 @@ func (c *Controller) Pass(ctx context.Context) error {
 	return c.pass(ctx)
 }
 
-func (c *Controller) pass(ctx context.Context) error {
-	defer c.timePass(c.clk.Now())
-	return errors.Join(c.observe(ctx), c.admit(ctx), c.sweep(ctx))
+// pass is a timed pass: it sweeps.
+func (c *Controller) pass(ctx context.Context) error { return c.passFor(ctx, true) }
+
+// passFor observes what machines reported and admits what waits, which is
+// what a change wakes it for. Sweeping and checking the capacity view are
+// time-driven, since each reads the whole region: a pass sweeps when timed
+// (its timer fired, a new term, an explicit Pass) or ControllerInterval
+// has passed since the last sweep, not on every change; it checks the view
+// when viewCheckEvery has passed.
+func (c *Controller) passFor(ctx context.Context, timed bool) error {
+	now := c.clk.Now()
+	defer c.timePass(now)
+	errs := []error{c.observe(ctx), c.admit(ctx)}
+	if now.Sub(c.viewChecked) >= c.viewCheckEvery() {
+		_, err := c.checkCapacity(ctx)
+		errs = append(errs, err)
+	}
+	if timed || now.Sub(c.swept) >= c.cfg.ControllerInterval {
+		c.swept = now
+		errs = append(errs, c.sweep(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// viewCheckEvery is how often the capacity view is checked against a full
+// read, which also refreshes the last syncs it judges presence by: as
+// often as presence batches are written, so its last syncs are never
+// more than two batches behind the store's.
+func (c *Controller) viewCheckEvery() time.Duration { return touchEvery(c.cfg.OfflineAfter) }
+
+// checkCapacity reads the region's capacity whole and compares it with
+// the view admission keeps up to date per change (capview.go). The two
+// must agree: a difference is a change the view missed, logged as an
+// error naming the machine, counted, and mended by adopting the full read.
+// It returns what differed.
+func (c *Controller) checkCapacity(ctx context.Context) ([]viewDiff, error) {
+	c.admitMu.Lock()
+	defer c.admitMu.Unlock()
+	c.viewChecked = c.clk.Now()
+	c.backend.Prepare()
+	var diffs []viewDiff
+	err := c.store.View(ctx, func(tx store.Tx) error {
+		classes, err := classMap(tx)
+		if err != nil {
+			return err
+		}
+		diffs, err = c.backend.Check(tx, classes)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("check the capacity view: %w", err)
+	}
+	for _, d := range diffs {
+		c.log.Error("the capacity view missed a change; adopting the store's", "machine", d.Machine, "differed", d.What)
+	}
+	if len(diffs) > 0 {
+		// What it missed may be capacity that grew.
+		c.capacityChanged()
+	}
+	return diffs, nil
 }
 
 func (c *Controller) wakeController() {

@@ -139,7 +139,7 @@ func (h *Hub) Enroll(ctx context.Context, req *EnrollRequest) (*protocol.Certifi
 	}
 	resp.Hubs = h.Hubs()
 	h.log.Info("machine enrolled", "machine", resp.MachineID, "owner", resp.Owner, "region", resp.Region, "cert_expires", resp.Expires)
-	h.wakeLeader(ctx, true)
+	h.wakeLeader(ctx, true, resp.MachineID)
 	return resp, nil
 }
 

@@ -54,7 +54,7 @@ func TestIdlePollsWriteInBatches(t *testing.T) {
 	const polls = 300
 	for i := range polls {
 		h.clk.Advance(time.Second)
-		if _, _, err := h.record("m-1", &req); err != nil {
+		if _, _, _, err := h.record("m-1", &req); err != nil {
 			t.Fatal(err)
 		}
 		if i%15 == 14 {
@@ -96,7 +96,7 @@ func TestVanishedHostGoesOfflineAfter45s(t *testing.T) {
 	resp := h.sync("m-1", &protocol.SyncRequest{})
 	req := protocol.SyncRequest{ProtocolVersion: protocol.Version, StoreID: resp.StoreID, Generation: resp.Generation}
 	h.clk.Advance(5 * time.Second)
-	if _, _, err := h.record("m-1", &req); err != nil { // quiet: the batch carries it
+	if _, _, _, err := h.record("m-1", &req); err != nil { // quiet: the batch carries it
 		t.Fatal(err)
 	}
 	last := h.clk.Now()
@@ -184,7 +184,7 @@ func TestOverloadedHubFailsNothingOffline(t *testing.T) {
 	// writes the machine's row, the one after is quiet.)
 	for range 2 {
 		h.clk.Advance(time.Second)
-		if _, _, err := h.record("m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version}); err != nil {
+		if _, _, _, err := h.record("m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -88,9 +88,12 @@ func (c *Controller) lease(ctx context.Context) bool {
 	switch {
 	case was != epoch && epoch != 0:
 		c.log.Info("leading the region", "lease", c.leaseName(), "epoch", epoch)
-		// A new term examines everything that waits once.
+		// A new term examines everything that waits once, and reads the
+		// capacity whole: another leader may have placed meanwhile.
+		c.backend.Forget()
 		c.capacityChanged()
 	case was != 0 && epoch == 0:
+		c.backend.Forget()
 		c.log.Warn("stepped down: no longer leading the region", "lease", c.leaseName(), "epoch", was)
 	}
 	c.setEpoch(epoch)

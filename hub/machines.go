@@ -17,7 +17,7 @@ func (h *Hub) RegisterMachine(ctx context.Context, id, name, owner, region strin
 	if id == "" || len(id) > protocol.MaxIDLength {
 		return fmt.Errorf("%w: machine id %q", ErrInvalid, id)
 	}
-	return h.store.Update(ctx, func(tx store.Tx) error {
+	err := h.store.Update(ctx, func(tx store.Tx) error {
 		m, err := tx.Machine(id)
 		if errors.Is(err, store.ErrNotFound) {
 			m = store.Machine{ID: id, Registered: h.clk.Now()}
@@ -30,6 +30,12 @@ func (h *Hub) RegisterMachine(ctx context.Context, id, name, owner, region strin
 		m.Name, m.Owner, m.Region = trust.Text(name, maxMachineName), owner, region
 		return tx.PutMachine(m)
 	})
+	if err != nil {
+		return err
+	}
+	// Its owner or region may have changed.
+	h.wakeLeader(ctx, true, id)
+	return nil
 }
 
 // MachineView is a machine with what the hub derives about it.
@@ -108,6 +114,7 @@ func (h *Hub) RemoveMachine(ctx context.Context, id string) error {
 		return err
 	}
 	h.desired.Delete(id)
+	h.wakeLeader(ctx, true, id)
 	h.log.Info("machine removed", "machine", id)
 	return nil
 }
@@ -133,7 +140,7 @@ func (h *Hub) RevokeMachine(ctx context.Context, id string) error {
 	}
 	h.log.Warn("machine revoked", "machine", id)
 	h.Wake(id)
-	h.wakeLeader(ctx, true)
+	h.wakeLeader(ctx, true, id)
 	return nil
 }
 

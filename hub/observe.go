@@ -31,7 +31,9 @@ func (c *Controller) observe(ctx context.Context) error {
 			continue
 		}
 		tell(c.backend, wakes)
-		// What it reported may have freed or added capacity.
+		// What it reported may have freed or added capacity, or brought
+		// it back online: the capacity view reads it again.
+		c.backend.Changed(id)
 		c.capGen.Add(1)
 	}
 	return errors.Join(errs...)

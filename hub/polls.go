@@ -131,6 +131,8 @@ func (h *Hub) WaitingPolls() int { return int(h.polls.held.Load()) }
 // wakeAll wakes the machines' long polls, here and, through the store, on
 // every other replica. Call it after the commit that changed them.
 func (h *Hub) wakeAll(ids []string) {
+	// A change to a machine's desired state may change what it holds.
+	h.machinesChanged(ids...)
 	for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
 		h.Wake(id)
 		h.notifyReplicas(context.Background(), id)

@@ -71,7 +71,7 @@ func (h *Hub) addRegion(region string) bool {
 	}
 	cfg := h.cfg
 	cfg.Region = region
-	b := &agentBackend{region: region, log: h.log, presence: h.presence, wake: h.wakeAll}
+	b := &agentBackend{region: region, log: h.log, presence: h.presence, wake: h.wakeAll, view: newCapView(region)}
 	c := newController(cfg, h.log.With("region", region), h.started, h.presence, b)
 	h.ctls.byName[region] = c
 	h.ctls.order = append(h.ctls.order, region)
@@ -210,6 +210,32 @@ func (h *Hub) wakeControllers() {
 func (h *Hub) capacityChanged() {
 	for _, c := range h.ctls.list() {
 		c.capacityChanged()
+	}
+}
+
+// machinesChanged tells every controller's capacity view that these
+// machines, or what is placed on them, changed (committed).
+func (h *Hub) machinesChanged(ids ...string) {
+	for _, c := range h.ctls.list() {
+		c.backend.Changed(ids...)
+	}
+}
+
+// viewMisses sums the machines the controllers' capacity views had wrong.
+func (h *Hub) viewMisses() int64 {
+	var n int64
+	for _, c := range h.ctls.list() {
+		if b, ok := c.backend.(*agentBackend); ok {
+			n += b.view.diffs.Load()
+		}
+	}
+	return n
+}
+
+// forgetViews makes every controller read its capacity whole again.
+func (h *Hub) forgetViews() {
+	for _, c := range h.ctls.list() {
+		c.backend.Forget()
 	}
 }
 

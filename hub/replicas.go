@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,9 +28,11 @@ type replicaWaker interface {
 
 // observePrefix marks a notification for the controller: a machine's
 // report changed. admitPayload and capacityPayload wake the controller: a
-// workload waits, or capacity may have grown. logsPrefix marks a log
-// request held by the replica that sent it (logNote). Any other payload
-// is a machine to wake.
+// workload waits, or capacity may have grown; capacityPayload may be
+// followed by the ID of the machine whose record or holdings changed, for
+// the leader's capacity view. logsPrefix marks a log request held by the
+// replica that sent it (logNote). Any other payload is a machine to wake,
+// whose desired state (so what it holds) changed.
 const (
 	observePrefix   = "observe:"
 	admitPayload    = "admit:"
@@ -40,16 +43,23 @@ const (
 // wakeLeader wakes the region's controller, here and on whichever replica
 // leads, after an admin change: without it a change made on a standby
 // would wait for the leader's ControllerInterval. capacity says the
-// change may have freed or added capacity.
-func (h *Hub) wakeLeader(ctx context.Context, capacity bool) {
-	payload := admitPayload
-	if capacity {
-		h.capacityChanged()
-		payload = capacityPayload
-	} else {
+// change may have freed or added capacity; machines are those whose
+// record or holdings it changed, which the leader's capacity view reads
+// again.
+func (h *Hub) wakeLeader(ctx context.Context, capacity bool, machines ...string) {
+	if !capacity {
 		h.wakeControllers()
+		h.notifyReplicas(ctx, admitPayload)
+		return
 	}
-	h.notifyReplicas(ctx, payload)
+	h.machinesChanged(machines...)
+	h.capacityChanged()
+	if len(machines) == 0 {
+		h.notifyReplicas(ctx, capacityPayload)
+	}
+	for _, id := range slices.Compact(slices.Sorted(slices.Values(machines))) {
+		h.notifyReplicas(ctx, capacityPayload+id)
+	}
 }
 
 // notifyReplicas tells the other replicas, when the store has any.
@@ -81,13 +91,17 @@ func (h *Hub) listenReplicas(ctx context.Context, wg *sync.WaitGroup) {
 			// observe everything.
 			h.polls.wakeEvery()
 			// Off the listener's goroutine: it reads the store.
+			h.forgetViews()
 			wg.Go(func() {
 				h.markAllDirty(ctx)
 				h.wakeControllers()
 			})
 		case payload == admitPayload:
 			h.wakeControllers()
-		case payload == capacityPayload:
+		case strings.HasPrefix(payload, capacityPayload):
+			if id := strings.TrimPrefix(payload, capacityPayload); id != "" {
+				h.machinesChanged(id)
+			}
 			h.capacityChanged()
 		case strings.HasPrefix(payload, logsPrefix):
 			h.acceptLogNote(strings.TrimPrefix(payload, logsPrefix))
@@ -97,6 +111,7 @@ func (h *Hub) listenReplicas(ctx context.Context, wg *sync.WaitGroup) {
 			// The other replica's commit time is not known here, so
 			// this wake-up is left out of wake latency.
 			h.polls.wake(payload, time.Time{})
+			h.machinesChanged(payload)
 		}
 	})
 	if err != nil && ctx.Err() == nil {

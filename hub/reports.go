@@ -18,10 +18,12 @@ import (
 // status, or a machine back from silence. An unchanged report of a machine
 // in touch costs the controller nothing. Reports arriving together are
 // written in one transaction (group commit, see reports).
-func (h *Hub) record(machineID string, req *protocol.SyncRequest) (gen int64, news bool, err error) {
+// capacity is set when the report changed what the machine offers (a new
+// inventory accepted).
+func (h *Hub) record(machineID string, req *protocol.SyncRequest) (gen int64, news, capacity bool, err error) {
 	p := &report{machineID: machineID, req: req, done: make(chan struct{}), lead: make(chan struct{})}
 	h.reports.submit(p, h.commitReports)
-	return p.gen, p.news, p.err
+	return p.gen, p.news, p.capacity, p.err
 }
 
 // reports batches the sync path's writes: the reports that arrive while one
@@ -40,9 +42,10 @@ type report struct {
 	machineID string
 	req       *protocol.SyncRequest
 	// Set by the commit, before done is closed.
-	gen  int64
-	news bool
-	err  error
+	gen      int64
+	news     bool
+	capacity bool
+	err      error
 	// What the report was refused or cost: statuses dropped, stale
 	// statuses deleted, timeline lines trimmed. Counted once committed.
 	dropped, stale, trimmed int
@@ -91,7 +94,7 @@ func (h *Hub) commitReports(batch []*report) {
 	defer cancel()
 	err := h.store.Update(ctx, func(tx store.Tx) error {
 		for _, p := range batch {
-			p.gen, p.news, p.err = 0, false, nil
+			p.gen, p.news, p.capacity, p.err = 0, false, false, nil
 			if err := h.recordOne(tx, p, now); err != nil {
 				if errors.Is(err, ErrUnknownMachine) || errors.Is(err, ErrRevoked) || errors.Is(err, ErrSimRefused) {
 					p.err = err
@@ -155,6 +158,7 @@ func (h *Hub) recordOne(tx store.Tx, p *report, now time.Time) error {
 	}
 	if p.req.Inventory != nil {
 		h.acceptInventory(&m, p.req.Inventory)
+		p.capacity = m.Inventory != was.Inventory
 	}
 	if p.req.PreviousStoreID != "" {
 		h.log.Warn("agent reports that it saw the store change and kept what it held",

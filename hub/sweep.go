@@ -11,9 +11,12 @@ import (
 // OfflineFailAfter (and stops their stopping ones), and workloads that
 // provisioned for ProvisioningTimeout without progress.
 func (c *Controller) sweep(ctx context.Context) error {
-	var wakes changes
+	var (
+		wakes   changes
+		touched []string
+	)
 	err := c.store.Update(ctx, func(tx store.Tx) error {
-		wakes = wakes[:0]
+		wakes, touched = wakes[:0], touched[:0]
 		if err := c.fence(tx); err != nil {
 			return err
 		}
@@ -48,6 +51,8 @@ func (c *Controller) sweep(ctx context.Context) error {
 			if err := c.failOffline(tx, m, &wakes); err != nil {
 				return err
 			}
+			// Stopping ones stopped without a new mode: no wake says so.
+			touched = append(touched, m.ID)
 		}
 		return c.failStuck(tx, &wakes)
 	})
@@ -58,6 +63,8 @@ func (c *Controller) sweep(ctx context.Context) error {
 		// What it failed or stopped no longer holds capacity.
 		c.capGen.Add(1)
 	}
+	c.backend.Changed(touched...)
+	c.backend.Changed(machinesOf(refsOf(wakes))...)
 	tell(c.backend, wakes)
 	if err := c.retain(ctx); err != nil {
 		return fmt.Errorf("retention: %w", err)

@@ -37,9 +37,13 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 	// the wait is not lost.
 	w, release := h.polls.wait(machineID)
 	defer release()
-	gen, news, err := h.record(machineID, req)
+	gen, news, capacity, err := h.record(machineID, req)
 	if err != nil {
 		return nil, err
+	}
+	if capacity {
+		// What it offers changed: the leader's capacity view reads it.
+		h.wakeLeader(ctx, true, machineID)
 	}
 	if news {
 		h.markDirty(machineID)

@@ -22,6 +22,8 @@ func (m *Hub) WatchBounds(counters func() hub.Counters) {
 			func(c hub.Counters) int64 { return c.TimelineLinesDropped }},
 		{"einsora_hub_timeline_lines_retired_total", "Timeline lines of removed workloads deleted after the retention.",
 			func(c hub.Counters) int64 { return c.TimelineLinesRetired }},
+		{"einsora_hub_capacity_view_misses_total", "Machines a leading controller's capacity view had wrong at its periodic full check.",
+			func(c hub.Counters) int64 { return c.CapacityViewMisses }},
 	} {
 		read := c.read
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help},

@@ -43,9 +43,9 @@ type machineState struct {
 	offers []bool
 	// lists are the shortlists the machine is on.
 	lists []*shortlist
-	// limited counts, by driver name, the holdings that count toward the
-	// driver's per-machine limit.
-	limited map[string]int
+	// limited[i] counts the holdings that count toward drivers[i]'s
+	// per-machine limit.
+	limited []int
 }
 
 // NewFleet returns the fleet of machines with the driver table drivers. A
@@ -66,18 +66,22 @@ func NewFleet(machines []Machine, drivers []Driver) *Fleet {
 	slices.SortStableFunc(f.drivers, preferDriver)
 
 	f.machines = make([]machineState, 0, len(machines))
-	for _, m := range machines {
+	// Every machine's offers and limits are cut from one block each: a
+	// fleet is built per admit batch, so per-machine allocations add up.
+	nd := len(f.drivers)
+	offers, limited := make([]bool, len(machines)*nd), make([]int, len(machines)*nd)
+	for k, m := range machines {
 		if _, dup := f.byID[m.ID]; dup {
 			continue
 		}
 		f.byID[m.ID] = -1
-		ms := machineState{m: m, free: m.Free(), offers: make([]bool, len(f.drivers)), limited: map[string]int{}}
+		ms := machineState{m: m, free: m.Free(), offers: offers[k*nd : (k+1)*nd : (k+1)*nd], limited: limited[k*nd : (k+1)*nd : (k+1)*nd]}
 		ms.devices = ms.free.devices()
 		for i, d := range f.drivers {
 			ms.offers[i] = m.Offers(d)
-			ms.limited[d.Name] = m.HeldWith(d)
+			ms.limited[i] = m.HeldWith(d)
 			if d.PerMachineLimit > 0 && slices.Contains(m.Withdrawn, d.Name) {
-				ms.limited[d.Name] = d.PerMachineLimit
+				ms.limited[i] = d.PerMachineLimit
 			}
 		}
 		f.machines = append(f.machines, ms)
@@ -333,7 +337,7 @@ func (f *Fleet) dynamic(ms *machineState, w *Workload, c *Class, permitted []int
 	chosen := -1
 	for _, i := range permitted {
 		d := &f.drivers[i]
-		if d.PerMachineLimit <= 0 || !d.Counts(w.Image) || d.Allows(ms.limited[d.Name]) {
+		if d.PerMachineLimit <= 0 || !d.Counts(w.Image) || d.Allows(ms.limited[i]) {
 			chosen = i
 			break
 		}
@@ -411,9 +415,9 @@ func (f *Fleet) hold(i int, w *Workload, c *Class, dec Decision) {
 	}
 	ms.free.Drivers[dec.Driver]++
 	ms.free.takePorts(w.Ports)
-	for _, d := range f.drivers {
+	for i, d := range f.drivers {
 		if d.Name == dec.Driver && d.Counts(w.Image) {
-			ms.limited[d.Name]++
+			ms.limited[i]++
 		}
 	}
 	if w.ID != "" {

@@ -207,11 +207,14 @@ func (f *Free) takePorts(ports []protocol.Port) {
 // when a machine shrank under its workloads.
 func (m Machine) Free() Free {
 	f := Free{CPUs: m.CPUs, MemoryMB: m.MemoryMB}
-	held := make(map[string]bool)
+	var held map[string]bool // nil until a holding names a device
 	for _, h := range m.Holding {
 		f.CPUs -= h.CPUs
 		f.MemoryMB -= h.MemoryMB
 		for _, id := range h.Devices {
+			if held == nil {
+				held = make(map[string]bool)
+			}
 			held[id] = true
 		}
 		if f.Drivers == nil {

@@ -247,3 +247,79 @@ func TestPresenceAcrossReplicasWithLongPolls(t *testing.T) {
 		}
 	}
 }
+
+// A change on a standby that frees capacity without a new mode (a
+// stopping workload asked to run again goes to pending, parked either way)
+// names its machine to the leader, whose capacity view reads it again
+// (issue 13): with a stale view the leader would see the workload still
+// holding its machine and queue it.
+func TestStandbyChangeReachesTheLeadersCapacityView(t *testing.T) {
+	dsn := testDSN(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const tick = 30 * time.Second
+	newHub := func(holder string) *hub.Hub {
+		h, err := hub.New(ctx, hub.Config{AllowSim: true, Store: open(t, dsn), Logger: log, HolderID: holder,
+			PollTimeout: time.Minute, ControllerInterval: tick})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	a, b := newHub("hub-a"), newHub("hub-b")
+	must(t, a.CreateTenant(ctx, "local"))
+	must(t, a.RegisterMachine(ctx, "m-1", "m-1", "local", "local"))
+	inv := &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 2, MemoryMB: 8192, Drivers: []string{"sim"}}
+	_, err := a.Sync(ctx, "m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version, Inventory: inv})
+	must(t, err)
+	done := make(chan struct{}, 2)
+	for _, h := range []*hub.Hub{a, b} {
+		go func() { h.Run(ctx); done <- struct{}{} }()
+	}
+	defer func() { cancel(); <-done; <-done }()
+	var standby *hub.Hub
+	deadline := time.Now().Add(10 * time.Second)
+	for standby == nil {
+		if la, _ := a.Leadership(); la {
+			standby = b
+		} else if lb, _ := b.Leadership(); lb {
+			standby = a
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no replica took the lease")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the leader's first pass is over
+
+	// Waits, bounded well inside the view's full check (15 s), for w to be
+	// in state want.
+	waitFor := func(id string, want store.State, what string) {
+		t.Helper()
+		start := time.Now()
+		for {
+			got, err := standby.Workload(ctx, id)
+			must(t, err)
+			if got.State == want {
+				return
+			}
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("%s: still %s (%s) after %v, want %s", what, got.State, got.Reason, time.Since(start), want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	w, err := standby.CreateWorkload(ctx, hub.WorkloadSpec{Tenant: "local", Name: "web", Kind: protocol.KindContainer, Class: "cpu-2", Region: "local"})
+	must(t, err)
+	waitFor(w.ID, store.StateProvisioning, "created on the standby")
+	must(t, standby.ParkWorkload(ctx, w.ID))
+	waitFor(w.ID, store.StateStopping, "parked on the standby")
+	// Work that fits nowhere makes the leader read its capacity now, so
+	// its view holds the stopping workload when it is asked to run.
+	gpu, err := standby.CreateWorkload(ctx, hub.WorkloadSpec{Tenant: "local", Name: "gpu", Kind: protocol.KindContainer, Class: "nvidia-1", Region: "local"})
+	must(t, err)
+	waitFor(gpu.ID, store.StateQueued, "a GPU workload on a machine without one")
+	must(t, standby.RunWorkload(ctx, w.ID))
+	waitFor(w.ID, store.StateProvisioning, "run again on the standby while stopping")
+}

@@ -1,0 +1,356 @@
+package hub
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"einsora.dev/edge/hub/placement"
+	"einsora.dev/edge/hub/store"
+)
+
+// capView is the leading controller's capacity view (issue 13): the
+// region's machines as placement needs them, with the workloads that hold
+// capacity on each. Reading the whole fleet in every admit batch made each
+// change cost time proportional to the fleet; the view is read whole only
+// when a term starts (or when it cannot be trusted), then each admit batch
+// re-reads, in its own transaction, just the machines that changed since.
+// Nothing is known only here (rule 1): the view is a cache of the store,
+// and a periodic full read (check) must agree with it.
+//
+// Presence is judged at use time from the cached last sync and the polls
+// held here; the periodic check refreshes the last syncs, which the
+// presence batches move without telling anyone.
+type capView struct {
+	region string
+
+	// mu guards changed and lost.
+	mu sync.Mutex
+	// changed holds the machines whose record, or what is placed on
+	// them, changed since the view last read them. Bounded: past
+	// maxChanged, lost is set instead and the view is read whole.
+	changed map[string]bool
+	// lost: the view cannot be trusted (a new term, missed
+	// notifications, too many changes to list); read it whole.
+	lost bool
+
+	// The pass goroutine alone touches the following fields.
+	// pending and pendingLost are what prepare took, for the next
+	// transaction to read again; kept until one has.
+	pending     map[string]bool
+	pendingLost bool
+	// machines are the region's machines by ID; nil before the first
+	// full read.
+	machines map[string]*viewMachine
+	// sorted are the machines in ID order, as placement takes them
+	// (sorting a fleet's worth of machines per batch costs); nil when a
+	// machine came or went since.
+	sorted []*viewMachine
+	// classes are the classes the machines' placement forms were made
+	// with; an edited class makes them again.
+	classes map[string]store.Class
+	// diffs counts the machines a full check found the view wrong about.
+	diffs atomic.Int64
+}
+
+// viewMachine is one machine of the view.
+type viewMachine struct {
+	m store.Machine
+	// holding are the workloads that hold capacity on it (provisioning,
+	// running, stopping), oldest first.
+	holding []store.Workload
+	// pm is its placement form, but for Online, made once (when made is
+	// set); offered is false for a machine placement never sees.
+	pm            placement.Machine
+	made, offered bool
+}
+
+// maxChanged bounds the machines a view lists as changed before it gives
+// up listing and reads the store whole: the IDs come from notifications.
+const maxChanged = 100_000
+
+// holdingStates are the states in which a placed workload holds
+// capacity on its machine.
+var holdingStates = []store.State{store.StateProvisioning, store.StateRunning, store.StateStopping}
+
+func newCapView(region string) *capView {
+	return &capView{region: region, changed: make(map[string]bool), lost: true}
+}
+
+// touch marks machines as changed: the next use re-reads them. Call it
+// after the commit that changed them; safe from any goroutine.
+func (v *capView) touch(ids ...string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.lost {
+		return
+	}
+	for _, id := range ids {
+		if id == "" {
+			continue
+		}
+		if len(v.changed) >= maxChanged {
+			v.lost = true
+			clear(v.changed)
+			return
+		}
+		v.changed[id] = true
+	}
+}
+
+// forget makes the next use read the store whole.
+func (v *capView) forget() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.lost = true
+	clear(v.changed)
+}
+
+// prepare takes what changed, for the next transaction to read again.
+// It is called before that transaction begins, so the transaction sees
+// every commit whose change it took (a change is told after its commit),
+// whatever the store's isolation.
+func (v *capView) prepare() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.pendingLost = v.pendingLost || v.lost || len(v.pending)+len(v.changed) > maxChanged
+	v.lost = false
+	if v.pending == nil {
+		v.pending = make(map[string]bool)
+	}
+	if v.pendingLost {
+		clear(v.pending)
+	} else {
+		maps.Copy(v.pending, v.changed)
+	}
+	clear(v.changed)
+}
+
+// update brings the view up to date in tx with what prepare took: the
+// changed machines read again, or the whole region read when the view
+// was lost (or never read). What it could not read stays pending.
+func (v *capView) update(tx store.Tx) error {
+	if v.pendingLost || v.machines == nil {
+		ms, err := v.readAll(tx)
+		if err != nil {
+			return err
+		}
+		v.machines, v.sorted, v.pendingLost = ms, nil, false
+		clear(v.pending)
+		return nil
+	}
+	for id := range v.pending {
+		if err := v.reread(tx, id); err != nil {
+			return err
+		}
+		delete(v.pending, id)
+	}
+	return nil
+}
+
+// reread reads one machine and what holds capacity on it.
+func (v *capView) reread(tx store.Tx, id string) error {
+	m, err := tx.Machine(id)
+	if errors.Is(err, store.ErrNotFound) {
+		v.drop(id)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read machine %s: %w", id, err)
+	}
+	if m.Region != v.region {
+		v.drop(id)
+		return nil
+	}
+	ws, err := tx.Workloads(store.WorkloadFilter{Machine: id, States: holdingStates})
+	if err != nil {
+		return fmt.Errorf("read the workloads of machine %s: %w", id, err)
+	}
+	if vm := v.machines[id]; vm != nil {
+		// In place: sorted keeps pointing at it.
+		*vm = viewMachine{m: m, holding: ws}
+		return nil
+	}
+	v.machines[id] = &viewMachine{m: m, holding: ws}
+	v.sorted = nil
+	return nil
+}
+
+func (v *capView) drop(id string) {
+	if _, ok := v.machines[id]; ok {
+		delete(v.machines, id)
+		v.sorted = nil
+	}
+}
+
+// readAll reads the region's machines and what holds capacity on them:
+// the full pass the view replaces per change.
+func (v *capView) readAll(tx store.Tx) (map[string]*viewMachine, error) {
+	ms, err := tx.Machines()
+	if err != nil {
+		return nil, fmt.Errorf("read the machines: %w", err)
+	}
+	out := make(map[string]*viewMachine, len(ms))
+	for _, m := range ms {
+		if m.Region == v.region {
+			out[m.ID] = &viewMachine{m: m}
+		}
+	}
+	ws, err := tx.Workloads(store.WorkloadFilter{States: holdingStates})
+	if err != nil {
+		return nil, fmt.Errorf("read the placed workloads: %w", err)
+	}
+	for _, w := range ws {
+		if vm := out[w.Machine]; vm != nil {
+			vm.holding = append(vm.holding, w)
+		}
+	}
+	return out, nil
+}
+
+// offer is placement's view of the machines: those with a validated
+// inventory and not revoked, online as presence judges them now.
+// Each machine's placement form is made once per change of it, in ID
+// order, so a batch only copies them.
+func (v *capView) offer(p presence, classes map[string]store.Class) []placement.Machine {
+	if !maps.Equal(v.classes, classes) {
+		v.classes = maps.Clone(classes)
+		for _, vm := range v.machines {
+			vm.made = false
+		}
+	}
+	if v.sorted == nil {
+		v.sorted = slices.SortedFunc(maps.Values(v.machines), func(a, b *viewMachine) int { return cmp.Compare(a.m.ID, b.m.ID) })
+	}
+	pms := make([]placement.Machine, 0, len(v.sorted))
+	for _, vm := range v.sorted {
+		if !vm.made {
+			vm.pm, vm.offered = placementMachine(vm, classes)
+			vm.made = true
+		}
+		if vm.offered {
+			pm := vm.pm
+			pm.Online = p.online(vm.m)
+			pms = append(pms, pm)
+		}
+	}
+	return pms
+}
+
+// placementMachine is vm as placement sees it, but for Online; ok is
+// false for a machine placement never sees.
+func placementMachine(vm *viewMachine, classes map[string]store.Class) (placement.Machine, bool) {
+	m := vm.m
+	if m.Inventory == nil || m.Revoked {
+		return placement.Machine{}, false
+	}
+	var held []placement.Held
+	for _, w := range vm.holding {
+		class := classes[w.Class]
+		held = append(held, placement.Held{
+			Workload: w.ID, Driver: w.Driver, Kind: w.Kind, Image: w.Image, CPUs: class.CPUs, MemoryMB: class.MemoryMB, Devices: w.Devices,
+			Ports: w.Spec.Ports,
+		})
+	}
+	return placement.Machine{
+		ID: m.ID, Owner: m.Owner, Region: m.Region, OS: m.OS, Arch: m.Arch,
+		CPUs: m.Inventory.CPUs, MemoryMB: m.Inventory.MemoryMB,
+		Devices:   placement.DevicesFromInventory(*m.Inventory),
+		Engine:    placement.EngineOf(*m.Inventory),
+		Drivers:   m.Inventory.Drivers,
+		Withdrawn: m.Inventory.Withdrawn,
+		Features:  m.Inventory.Features,
+		Holding:   held,
+	}, true
+}
+
+// viewDiff is one machine the view had wrong.
+type viewDiff struct {
+	Machine string
+	// What says what differed, in words.
+	What string
+}
+
+// check reads the region whole in tx, after bringing the view up to date
+// with what prepare took, and compares the two as
+// placement would see them. It then adopts the full read, which also
+// refreshes every machine's last sync. It returns the machines the view
+// had wrong.
+func (v *capView) check(tx store.Tx, classes map[string]store.Class) ([]viewDiff, error) {
+	if err := v.update(tx); err != nil {
+		return nil, err
+	}
+	full, err := v.readAll(tx)
+	if err != nil {
+		return nil, err
+	}
+	diffs := compareViews(v.machines, full, classes)
+	// A machine told changed since prepare may have committed between
+	// prepare and this read: the view has yet to read it, which is no
+	// miss. (Its next use reads it again.)
+	v.mu.Lock()
+	diffs = slices.DeleteFunc(diffs, func(d viewDiff) bool { return v.changed[d.Machine] })
+	v.mu.Unlock()
+	v.machines, v.sorted = full, nil
+	v.diffs.Add(int64(len(diffs)))
+	return diffs, nil
+}
+
+// compareViews lists the machines where inc differs from full, by what
+// placement reads of them: presence (the last sync, which presence
+// batches move silently) is left out.
+func compareViews(inc, full map[string]*viewMachine, classes map[string]store.Class) []viewDiff {
+	var diffs []viewDiff
+	for id, f := range full {
+		i, ok := inc[id]
+		if !ok {
+			diffs = append(diffs, viewDiff{id, "missing from the view"})
+			continue
+		}
+		if what := diffMachine(i, f, classes); what != "" {
+			diffs = append(diffs, viewDiff{id, what})
+		}
+	}
+	for id := range inc {
+		if _, ok := full[id]; !ok {
+			diffs = append(diffs, viewDiff{id, "in the view but not in the store's region"})
+		}
+	}
+	slices.SortFunc(diffs, func(a, b viewDiff) int { return cmp.Compare(a.Machine, b.Machine) })
+	return diffs
+}
+
+func diffMachine(inc, full *viewMachine, classes map[string]store.Class) string {
+	a, aok := placementMachine(inc, classes)
+	b, bok := placementMachine(full, classes)
+	switch {
+	case aok != bok:
+		return fmt.Sprintf("offered to placement: view %t, store %t", aok, bok)
+	case !aok:
+		return ""
+	}
+	byID := func(x, y placement.Held) int { return cmp.Compare(x.Workload, y.Workload) }
+	slices.SortFunc(a.Holding, byID)
+	slices.SortFunc(b.Holding, byID)
+	if !reflect.DeepEqual(a.Holding, b.Holding) {
+		return fmt.Sprintf("holding: view %v, store %v", heldIDs(a.Holding), heldIDs(b.Holding))
+	}
+	a.Holding, b.Holding = nil, nil
+	if !reflect.DeepEqual(a, b) {
+		return fmt.Sprintf("record: view %+v, store %+v", a, b)
+	}
+	return ""
+}
+
+func heldIDs(hs []placement.Held) []string {
+	ids := make([]string, len(hs))
+	for i, h := range hs {
+		ids[i] = h.Workload
+	}
+	return ids
+}

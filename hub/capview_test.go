@@ -1,0 +1,262 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"einsora.dev/edge/clock"
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/protocol"
+)
+
+// Issue 13: the capacity view admission keeps up to date per change must
+// agree with a full read of the store after every change, on randomised
+// fleets: machines joining with random inventories (some in another
+// region), workloads created, placed, run, parked, rerun and deleted,
+// reports that free capacity, inventories that change, machines going
+// silent by the clock (their workloads failed by the sweep) and revoked.
+func TestIncrementalAndFullCapacityAgree(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { randomFleet(t, seed, 250) })
+	}
+}
+
+func randomFleet(t *testing.T, seed uint64, steps int) {
+	h := newTestHub(t)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(seed, 13))
+	if err := h.EnsureTenant(ctx, "local"); err != nil {
+		t.Fatal(err)
+	}
+	var machines, revoked []string
+	var workloads []string
+	inventory := func() *protocol.Inventory {
+		inv := testInventory()
+		inv.CPUs, inv.MemoryMB = 1+r.IntN(8), 2048*(1+r.IntN(8))
+		return inv
+	}
+	live := func() []string {
+		return slices.DeleteFunc(slices.Clone(machines), func(id string) bool { return slices.Contains(revoked, id) })
+	}
+	pick := func(ids []string) string { return ids[r.IntN(len(ids))] }
+	check := func(step int, op string) {
+		t.Helper()
+		diffs, err := h.ctl.checkCapacity(ctx)
+		if err != nil {
+			t.Fatalf("step %d (%s): %v", step, op, err)
+		}
+		for _, d := range diffs {
+			t.Errorf("step %d (%s): machine %s: %s", step, op, d.Machine, d.What)
+		}
+		if len(diffs) > 0 {
+			t.FailNow()
+		}
+	}
+	h.pass()
+	check(-1, "start")
+	for step := range steps {
+		var op string
+		switch k := r.IntN(100); {
+		case k < 12 || len(machines) < 2:
+			op = "register"
+			id := fmt.Sprintf("m-%d", len(machines))
+			region := "local"
+			if r.IntN(6) == 0 {
+				region = "elsewhere"
+			}
+			if err := h.RegisterMachine(ctx, id, id, "local", region); err != nil {
+				t.Fatal(err)
+			}
+			machines = append(machines, id)
+			h.sync(id, &protocol.SyncRequest{Inventory: inventory()})
+			h.pass()
+		case k < 35:
+			op = "create"
+			class := []string{"cpu-1", "cpu-2", "cpu-4"}[r.IntN(3)]
+			w, err := h.CreateWorkload(ctx, WorkloadSpec{Tenant: "local", Name: fmt.Sprint("w", step), Kind: protocol.KindContainer, Class: class, Region: "local", Image: "sim:"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			workloads = append(workloads, w.ID)
+			h.pass()
+		case k < 55:
+			// An agent applies its desired state: it runs what is to run
+			// (or fails it), stops what is parked, removes what goes.
+			op = "report"
+			ids := live()
+			if len(ids) == 0 {
+				continue
+			}
+			id := pick(ids)
+			d := h.desired(id)
+			var sts []protocol.Status
+			for _, dw := range d.Workloads {
+				code := map[protocol.Mode]protocol.Code{protocol.ModeRun: protocol.CodeRunning, protocol.ModePark: protocol.CodeStopped, protocol.ModeRemove: protocol.CodeRemoved}[dw.Mode]
+				if dw.Mode == protocol.ModeRun && r.IntN(5) == 0 {
+					code = protocol.CodeOOMKilled
+				}
+				sts = append(sts, protocol.Status{Workload: dw.ID, Attempt: dw.Attempt, Mode: dw.Mode, Code: code})
+			}
+			h.report(id, d, sts...)
+		case k < 63:
+			op = "park"
+			if len(workloads) == 0 {
+				continue
+			}
+			if err := h.ParkWorkload(ctx, pick(workloads)); err != nil && !isGone(err) {
+				t.Fatal(err)
+			}
+			h.pass()
+		case k < 71:
+			op = "run"
+			if len(workloads) == 0 {
+				continue
+			}
+			if err := h.RunWorkload(ctx, pick(workloads)); err != nil && !isGone(err) {
+				t.Fatal(err)
+			}
+			h.pass()
+		case k < 77:
+			op = "delete"
+			if len(workloads) == 0 {
+				continue
+			}
+			if err := h.DeleteWorkload(ctx, pick(workloads)); err != nil && !isGone(err) {
+				t.Fatal(err)
+			}
+			h.pass()
+		case k < 83:
+			op = "inventory"
+			ids := live()
+			if len(ids) == 0 {
+				continue
+			}
+			h.sync(pick(ids), &protocol.SyncRequest{Inventory: inventory()})
+			h.pass()
+		case k < 95:
+			// Time passes; some machines keep in touch, the others go
+			// silent, and the sweep fails what ran on those gone long.
+			op = "time"
+			h.clk.Advance(time.Duration(1+r.IntN(720)) * time.Second)
+			check(step, "time passed")
+			for _, id := range live() {
+				if r.IntN(3) > 0 {
+					h.sync(id, &protocol.SyncRequest{})
+				}
+			}
+			h.pass()
+		default:
+			op = "revoke"
+			ids := live()
+			if len(ids) < 2 {
+				continue
+			}
+			id := pick(ids)
+			if err := h.RevokeMachine(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			revoked = append(revoked, id)
+			h.pass()
+		}
+		check(step, op)
+	}
+	// The fleet did what the test means it to: workloads held capacity,
+	// and some were freed.
+	var held, freed int
+	for _, id := range workloads {
+		w, err := h.Workload(ctx, id)
+		switch {
+		case isGone(err):
+			freed++
+		case err != nil:
+			t.Fatal(err)
+		case slices.Contains(holdingStates, w.State):
+			held++
+		case w.Machine != "":
+			freed++
+		}
+	}
+	if held == 0 || freed == 0 {
+		t.Errorf("of %d workloads, %d hold capacity and %d were freed: the random fleet exercises too little", len(workloads), held, freed)
+	}
+}
+
+// isGone: the workload went, or is going, as an earlier step asked.
+func isGone(err error) bool {
+	return errors.Is(err, store.ErrNotFound) || errors.Is(err, ErrInvalid)
+}
+
+// A new term reads capacity whole: while another hub led, it placed
+// workloads this hub's view knows nothing of (no notifications between
+// SQLite hubs), and trusting the view would over-commit the machine.
+func TestNewTermReadsCapacityWhole(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hub.db")
+	clk := clock.NewFake(epoch)
+	a := openTestHubAs(t, path, clk, "a")
+	b := openTestHubAs(t, path, clk, "b")
+	a.machine("m-1") // 8 CPUs
+	create := func(h *testHub, name string) store.Workload {
+		t.Helper()
+		w, err := h.CreateWorkload(context.Background(), WorkloadSpec{Tenant: "local", Name: name, Kind: protocol.KindContainer, Class: "cpu-4", Region: "local", Image: "sim:"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.pass()
+		return w
+	}
+	wantState(t, a, create(a, "first").ID, store.StateProvisioning)
+	// a's lease lapses; b leads and fills the machine.
+	clk.Advance(a.cfg.LeaseTTL + time.Second)
+	wantState(t, b, create(b, "second").ID, store.StateProvisioning)
+	// b's lease lapses; a leads again, with a view of the first term.
+	clk.Advance(b.cfg.LeaseTTL + time.Second)
+	third := create(a, "third")
+	if got := a.workload(third.ID); got.State != store.StateQueued {
+		t.Fatalf("third cpu-4 workload on an 8-CPU machine holding two: %s on %s, want queued", got.State, got.Machine)
+	}
+}
+
+// A change the view missed (here written behind the hub's back) is found
+// by the full check, counted, and mended: the next check finds nothing.
+func TestCapacityCheckMendsAMissedChange(t *testing.T) {
+	h := newTestHub(t)
+	ctx := context.Background()
+	h.machine("m-1")
+	h.machine("m-2")
+	h.pass()
+	if diffs, err := h.ctl.checkCapacity(ctx); err != nil || len(diffs) != 0 {
+		t.Fatalf("first check: %v, %v", diffs, err)
+	}
+	err := h.st.Update(ctx, func(tx store.Tx) error {
+		m, err := tx.Machine("m-2")
+		if err != nil {
+			return err
+		}
+		inv := *m.Inventory
+		inv.CPUs = 2
+		m.Inventory = &inv
+		return tx.PutMachine(m)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffs, err := h.ctl.checkCapacity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(diffs) != 1 || diffs[0].Machine != "m-2" {
+		t.Fatalf("check after a missed change: %+v, want m-2 alone", diffs)
+	}
+	if got := h.Counters().CapacityViewMisses; got != 1 {
+		t.Errorf("CapacityViewMisses %d, want 1", got)
+	}
+	if diffs, err := h.ctl.checkCapacity(ctx); err != nil || len(diffs) != 0 {
+		t.Errorf("check after mending: %v, %v", diffs, err)
+	}
+}
