@@ -66,7 +66,17 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 			return nil, ctx.Err()
 		}
 	}
-	resp, err := h.Desired(ctx, machineID)
+	if woken && h.feed.failingNow() {
+		// Woken because this replica lost its store (touchLoop): send
+		// the agent away now; reading its desired state would wait on
+		// the store that does not answer, and hold the agent here.
+		return nil, fmt.Errorf("sync %s: %w: this replica cannot reach its store", machineID, ErrNotReady)
+	}
+	// Bounded: a store that stops answering mid-read must not hold the
+	// agent past a presence batch; the error sends it to another replica.
+	dctx, cancel := context.WithTimeout(ctx, h.feed.every)
+	defer cancel()
+	resp, err := h.Desired(dctx, machineID)
 	if woken && err == nil {
 		h.wakeLatency(w)
 	}

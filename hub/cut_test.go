@@ -1,0 +1,73 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/protocol"
+)
+
+// cutStore hangs every call, once cut, until its context ends: a store
+// behind a cut cable.
+type cutStore struct {
+	store.Store
+	cut atomic.Bool
+}
+
+func (s *cutStore) View(ctx context.Context, fn func(tx store.Tx) error) error {
+	if s.cut.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return s.Store.View(ctx, fn)
+}
+
+func (s *cutStore) Update(ctx context.Context, fn func(tx store.Tx) error) error {
+	if s.cut.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return s.Store.Update(ctx, fn)
+}
+
+// A poll held by a replica that then loses its store is answered at once
+// with ErrNotReady (a 503 that sends the agent to another replica), not
+// left waiting on the store for its desired state: the fault first seen
+// held the agents on the cut replica (issue 18).
+func TestPollOnAReplicaThatLostItsStoreIsSentAway(t *testing.T) {
+	h := newTestHub(t)
+	cs := &cutStore{Store: h.st}
+	h.store = cs
+	h.machine("m-1")
+	resp := h.sync("m-1", &protocol.SyncRequest{})
+	req := protocol.SyncRequest{ProtocolVersion: protocol.Version, StoreID: resp.StoreID, Generation: resp.Generation}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	answered := make(chan error, 1)
+	go func() {
+		_, err := h.Sync(ctx, "m-1", &req)
+		answered <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !h.polls.connected("m-1"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the poll was never held")
+		}
+	}
+	// The cable is cut; this replica's presence batch fails, and it
+	// answers the polls it holds (touchLoop).
+	cs.cut.Store(true)
+	h.feed.end(h.feed.begin(h.clk.Now(), h.polls.ids()), errors.New("store: begin: context deadline exceeded"))
+	h.polls.wakeEvery()
+	select {
+	case err := <-answered:
+		if !errors.Is(err, ErrNotReady) {
+			t.Fatalf("the held poll was answered %v, want ErrNotReady", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the held poll still waits on a store that does not answer")
+	}
+}
