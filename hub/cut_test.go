@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,5 +70,43 @@ func TestPollOnAReplicaThatLostItsStoreIsSentAway(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the held poll still waits on a store that does not answer")
+	}
+}
+
+// A machine back from a silence long enough to fail its running
+// workloads: the timeline of what was failed does not go on to say it
+// kept running (the fault first seen said so after a failure), and a
+// workload still placed there hears it.
+func TestReturnAfterAFailureDoesNotSayItKeptRunning(t *testing.T) {
+	h := newTestHub(t)
+	started := epoch
+	h.machine("m-1")
+	h.sync("m-1", &protocol.SyncRequest{BootID: "boot-1", AgentStarted: started})
+	failed := h.running("web")
+	h.machine("m-2") // keeps syncing: the hub's network is fine
+	for step := time.Duration(0); step < h.cfg.OfflineFailAfter; step += 20 * time.Second {
+		h.clk.Advance(20 * time.Second)
+		h.sync("m-2", &protocol.SyncRequest{})
+	}
+	h.pass()
+	wantState(t, h, failed.ID, store.StateFailed)
+	h.sync("m-1", &protocol.SyncRequest{BootID: "boot-1", AgentStarted: started})
+	es, err := h.Timeline(context.Background(), failed.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, e := range es {
+		texts = append(texts, e.Text)
+	}
+	all := strings.Join(texts, "\n")
+	if !strings.Contains(all, "failed: its machine has been offline for 10 minutes") {
+		t.Fatalf("timeline lacks the failure:\n%s", all)
+	}
+	if strings.Contains(all, "kept running") {
+		t.Errorf("timeline of a failed workload says it kept running:\n%s", all)
+	}
+	if !strings.HasSuffix(all, "machine m-1 was cut off for 10m0s and is back; this workload became failed while it was away, so its machine is told to park it") {
+		t.Errorf("timeline does not end saying what the return means for the failed workload:\n%s", all)
 	}
 }
