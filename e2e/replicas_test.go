@@ -466,6 +466,8 @@ func TestLeaderKilledAndPausedPastItsLease(t *testing.T) {
 	// Pause the second leader past its lease while work arrives: the
 	// third takes over.
 	second.p.cmd.Process.Signal(syscall.SIGSTOP)
+	// Resumed before its stop, should the test end while it is paused.
+	t.Cleanup(func() { second.p.cmd.Process.Signal(syscall.SIGCONT) })
 	pausedAt := time.Now()
 	batch(third, "c")
 	third.p.waitLog("leading the region", 30*time.Second)
