@@ -12,25 +12,45 @@ import (
 	"einsora.dev/edge/protocol"
 )
 
-// cutStore hangs every call, once cut, until its context ends: a store
-// behind a cut cable.
+// cutStore hangs every call, once cut, until its context ends or it is
+// healed: a store behind a cut cable.
 type cutStore struct {
 	store.Store
-	cut atomic.Bool
+	cut    atomic.Bool
+	healed chan struct{}
+	// entered is signalled (if not nil) as a call starts to hang.
+	entered chan struct{}
+}
+
+func newCutStore(st store.Store) *cutStore {
+	return &cutStore{Store: st, healed: make(chan struct{})}
+}
+
+func (s *cutStore) hang(ctx context.Context) error {
+	if !s.cut.Load() {
+		return nil
+	}
+	if s.entered != nil {
+		s.entered <- struct{}{}
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.healed:
+		return nil
+	}
 }
 
 func (s *cutStore) View(ctx context.Context, fn func(tx store.Tx) error) error {
-	if s.cut.Load() {
-		<-ctx.Done()
-		return ctx.Err()
+	if err := s.hang(ctx); err != nil {
+		return err
 	}
 	return s.Store.View(ctx, fn)
 }
 
 func (s *cutStore) Update(ctx context.Context, fn func(tx store.Tx) error) error {
-	if s.cut.Load() {
-		<-ctx.Done()
-		return ctx.Err()
+	if err := s.hang(ctx); err != nil {
+		return err
 	}
 	return s.Store.Update(ctx, fn)
 }
@@ -41,7 +61,7 @@ func (s *cutStore) Update(ctx context.Context, fn func(tx store.Tx) error) error
 // held the agents on the cut replica (issue 18).
 func TestPollOnAReplicaThatLostItsStoreIsSentAway(t *testing.T) {
 	h := newTestHub(t)
-	cs := &cutStore{Store: h.st}
+	cs := newCutStore(h.st)
 	h.store = cs
 	h.machine("m-1")
 	resp := h.sync("m-1", &protocol.SyncRequest{})
@@ -108,5 +128,50 @@ func TestReturnAfterAFailureDoesNotSayItKeptRunning(t *testing.T) {
 	}
 	if !strings.HasSuffix(all, "machine m-1 was cut off for 10m0s and is back; this workload became failed while it was away, so its machine is told to park it") {
 		t.Errorf("timeline does not end saying what the return means for the failed workload:\n%s", all)
+	}
+}
+
+// A sync that arrives while the store stops answering, before this
+// replica's presence batch has failed, is answered ErrNotReady once it has
+// waited a batch interval for its report's commit: with the default 45 s
+// window the agents of a cut replica otherwise waited on it for a minute
+// and more, one commit timeout after another (issue 18). The machine
+// counts as connected here while its report waits, and the report is
+// written once the store answers.
+func TestSyncWhoseReportWaitsOnALostStoreIsSentAway(t *testing.T) {
+	h := newTestHub(t)
+	cs := newCutStore(h.st)
+	h.store = cs
+	h.machine("m-1")
+	h.sync("m-1", &protocol.SyncRequest{})
+	cs.entered = make(chan struct{}, 1)
+	cs.cut.Store(true)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := h.Sync(context.Background(), "m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version, AppliedGeneration: 1})
+		answered <- err
+	}()
+	<-cs.entered
+	h.clk.Advance(h.feed.every)
+	select {
+	case err := <-answered:
+		if !errors.Is(err, ErrNotReady) {
+			t.Fatalf("answered %v, want ErrNotReady", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sync still waits on a store that does not answer")
+	}
+	if !h.polls.connected("m-1") {
+		t.Error("the machine does not count as connected while its report waits in this hub's queue")
+	}
+	cs.cut.Store(false)
+	close(cs.healed)
+	for deadline := time.Now().Add(10 * time.Second); h.polls.connected("m-1"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the report was never written after the heal")
+		}
+	}
+	if m := h.machineRow("m-1"); m.AppliedGeneration != 1 {
+		t.Errorf("after the heal the machine's applied generation is %d, want the waiting report's 1", m.AppliedGeneration)
 	}
 }

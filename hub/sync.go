@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
 
 	"einsora.dev/edge/hub/trust"
 	"einsora.dev/edge/protocol"
@@ -36,8 +37,15 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 	// Wait before reading the generation, so a wake between the read and
 	// the wait is not lost.
 	w, release := h.polls.wait(machineID)
+	rec, ok := h.recordWithin(machineID, req, release)
+	if !ok {
+		// The store has not committed the report within a presence
+		// batch: it may not answer at all (a replica cut off, before
+		// its batch fails). Send the agent to another replica now.
+		return nil, fmt.Errorf("sync %s: %w: its report waits on this replica's store", machineID, ErrNotReady)
+	}
 	defer release()
-	gen, news, err := h.record(machineID, req)
+	gen, news, err := rec.gen, rec.news, rec.err
 	if err != nil {
 		return nil, err
 	}
@@ -118,4 +126,57 @@ func CheckSyncRequest(req *protocol.SyncRequest) error {
 		}
 	}
 	return nil
+}
+
+// recorded is what record returned.
+type recorded struct {
+	gen  int64
+	news bool
+	err  error
+}
+
+// recordWithin records req, waiting at most a presence batch interval for
+// the commit. ok is false when it waited that long: the report is still
+// written (or fails) in the background, news and all, and release, the
+// poll's, is called only then, so the machine counts as connected here
+// while its report waits in this hub's queue (rule 8: the hub's backlog
+// is not the machine's silence). When ok, the caller releases.
+func (h *Hub) recordWithin(machineID string, req *protocol.SyncRequest, release func()) (rec recorded, ok bool) {
+	var (
+		mu   sync.Mutex // orders the hand-over: either the caller takes the result, or the background finishes alone
+		left bool
+		out  = make(chan recorded, 1)
+	)
+	// Armed first: the wait is counted from the sync's arrival.
+	t := h.clk.NewTimer(h.feed.every)
+	defer t.Stop()
+	go func() {
+		var r recorded
+		r.gen, r.news, r.err = h.record(machineID, req)
+		mu.Lock()
+		defer mu.Unlock()
+		if !left {
+			out <- r
+			return
+		}
+		release()
+		if r.err == nil && r.news {
+			h.markDirty(machineID)
+			h.notifyReplicas(context.Background(), observePrefix+machineID)
+		}
+	}()
+	select {
+	case r := <-out:
+		return r, true
+	case <-t.C():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case r := <-out:
+		return r, true
+	default:
+		left = true
+		return recorded{}, false
+	}
 }
