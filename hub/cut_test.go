@@ -175,3 +175,39 @@ func TestSyncWhoseReportWaitsOnALostStoreIsSentAway(t *testing.T) {
 		t.Errorf("after the heal the machine's applied generation is %d, want the waiting report's 1", m.AppliedGeneration)
 	}
 }
+
+// Every request of an agent checks its certificate in the store first: a
+// replica whose store does not answer refuses it as its own failure
+// (ErrNotReady, a 503 that moves the agent) when the store fails or times
+// out, and at once while its presence batch fails; never as the certificate's
+// fault (a 4xx would keep the agent on this replica).
+func TestCertificateCheckOnALostStoreIsTheHubsFailure(t *testing.T) {
+	h := newTestHub(t)
+	cs := newCutStore(h.st)
+	h.store = cs
+	cs.cut.Store(true)
+	// The caller's deadline stands in for the presence batch interval
+	// (15 s here) that bounds the check too.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	checked := make(chan error, 1)
+	go func() { checked <- h.CheckCertificate(ctx, "m-1", "0a") }()
+	select {
+	case err := <-checked:
+		if !errors.Is(err, ErrNotReady) || errors.Is(err, ErrRevoked) {
+			t.Fatalf("certificate check on a store that does not answer: %v, want ErrNotReady", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the certificate check still waits on a store that does not answer")
+	}
+	h.feed.end(h.feed.begin(h.clk.Now(), nil), errors.New("store: begin: context deadline exceeded"))
+	cs.entered = make(chan struct{}, 1)
+	if err := h.CheckCertificate(context.Background(), "m-1", "0a"); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("certificate check while the presence batch fails: %v, want ErrNotReady", err)
+	}
+	select {
+	case <-cs.entered:
+		t.Error("the certificate check went to the store while this replica's presence batch fails")
+	default:
+	}
+}
