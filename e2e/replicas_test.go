@@ -585,3 +585,20 @@ func TestLongPollsAcrossReplicasKeepMachinesOnline(t *testing.T) {
 		}
 	}
 }
+
+// The offline spans are checked at start: presence batches go every third
+// of --offline-after, to the second.
+func TestServeRefusesTooShortOfflineAfter(t *testing.T) {
+	for _, args := range [][]string{{"--offline-after", "2s"}, {"--offline-fail-after", "-1s"}} {
+		cmd := exec.Command(bin("einsora-hub"), append([]string{"serve", "--data", filepath.Join(t.TempDir(), "data"),
+			"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("%v: got %v, want exit 1\n%s", args, err, out)
+		}
+		if msg := strings.TrimSpace(string(out)); !strings.Contains(msg, args[0]) || strings.Contains(msg, "\n") {
+			t.Errorf("%v: got %q, want one line naming %s", args, msg, args[0])
+		}
+	}
+}

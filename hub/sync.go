@@ -154,9 +154,12 @@ func (h *Hub) recordWithin(machineID string, req *protocol.SyncRequest, release 
 		var r recorded
 		r.gen, r.news, r.err = h.record(machineID, req)
 		mu.Lock()
-		defer mu.Unlock()
-		if !left {
+		gone := left
+		if !gone {
 			out <- r
+		}
+		mu.Unlock()
+		if !gone {
 			return
 		}
 		release()
