@@ -3,12 +3,17 @@ package hub
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/hub/store/sqlite"
 	"einsora.dev/edge/protocol"
 )
 
@@ -139,7 +144,9 @@ func TestReturnAfterAFailureDoesNotSayItKeptRunning(t *testing.T) {
 // counts as connected here while its report waits, and the report is
 // written once the store answers.
 func TestSyncWhoseReportWaitsOnALostStoreIsSentAway(t *testing.T) {
-	h := newTestHub(t)
+	// Batches every second: the wait is wall time, like the store's
+	// deadlines.
+	h := openTestHubWith(t, Config{OfflineAfter: 3 * time.Second})
 	cs := newCutStore(h.st)
 	h.store = cs
 	h.machine("m-1")
@@ -152,7 +159,6 @@ func TestSyncWhoseReportWaitsOnALostStoreIsSentAway(t *testing.T) {
 		answered <- err
 	}()
 	<-cs.entered
-	h.clk.Advance(h.feed.every)
 	select {
 	case err := <-answered:
 		if !errors.Is(err, ErrNotReady) {
@@ -210,4 +216,22 @@ func TestCertificateCheckOnALostStoreIsTheHubsFailure(t *testing.T) {
 		t.Error("the certificate check went to the store while this replica's presence batch fails")
 	default:
 	}
+}
+
+// openTestHubWith opens a test hub on a fake clock with cfg's durations.
+func openTestHubWith(t *testing.T, cfg Config) *testHub {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "hub.db")
+	st, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	clk := clock.NewFake(epoch)
+	cfg.AllowSim, cfg.Store, cfg.Clock, cfg.Logger = true, st, clk, slog.New(slog.NewTextHandler(io.Discard, nil))
+	h, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testHub{Hub: h, t: t, clk: clk, path: path, st: st}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"sync"
+	"time"
 
 	"einsora.dev/edge/hub/trust"
 	"einsora.dev/edge/protocol"
@@ -147,8 +148,10 @@ func (h *Hub) recordWithin(machineID string, req *protocol.SyncRequest, release 
 		left bool
 		out  = make(chan recorded, 1)
 	)
-	// Armed first: the wait is counted from the sync's arrival.
-	t := h.clk.NewTimer(h.feed.every)
+	// Armed first: the wait is counted from the sync's arrival. Wall
+	// time, as the store's own deadlines (contexts) are: it bounds a
+	// store's silence, not a span of the hub's rules.
+	t := time.NewTimer(h.feed.every)
 	defer t.Stop()
 	go func() {
 		var r recorded
@@ -171,7 +174,7 @@ func (h *Hub) recordWithin(machineID string, req *protocol.SyncRequest, release 
 	select {
 	case r := <-out:
 		return r, true
-	case <-t.C():
+	case <-t.C:
 	}
 	mu.Lock()
 	defer mu.Unlock()
