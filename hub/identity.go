@@ -197,6 +197,15 @@ func (h *Hub) Certificates(ctx context.Context, id string) ([]store.Certificate,
 // every handshake; the HTTP layer calls this on every request, since a
 // certificate may be revoked while its connection stays open.
 func (h *Hub) CheckCertificate(ctx context.Context, machineID, serial string) error {
+	// Every request of an agent passes here first: a replica cut off
+	// from its store must send the agent away at once, not hang it on the
+	// store (issue 18). ErrNotReady is the hub's failure, which another
+	// replica may not share, never the certificate's.
+	if h.feed.failingNow() {
+		return fmt.Errorf("certificate %s of machine %s: %w: this replica cannot reach its store", serial, machineID, ErrNotReady)
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.feed.every)
+	defer cancel()
 	var c store.Certificate
 	known := true
 	err := h.store.View(ctx, func(tx store.Tx) (err error) {
@@ -208,15 +217,18 @@ func (h *Hub) CheckCertificate(ctx context.Context, machineID, serial string) er
 				return err
 			}
 			if len(cs) > 0 {
-				return fmt.Errorf("certificate %s of machine %s: %w: the hub has no record of it", serial, machineID, ErrCertificateRevoked)
+				return &certRefused{fmt.Errorf("certificate %s of machine %s: %w: the hub has no record of it", serial, machineID, ErrCertificateRevoked)}
 			}
 			return nil // issued before serials were stored
 		}
 		return err
 	})
+	var refused *certRefused
 	switch {
+	case errors.As(err, &refused):
+		return refused.err
 	case err != nil:
-		return err
+		return fmt.Errorf("certificate %s of machine %s: %w: its store failed: %w", serial, machineID, ErrNotReady, err)
 	case !known:
 		return nil
 	case c.Machine != machineID:
@@ -227,3 +239,9 @@ func (h *Hub) CheckCertificate(ctx context.Context, machineID, serial string) er
 	}
 	return nil
 }
+
+// certRefused carries CheckCertificate's refusal out of its transaction,
+// apart from the store's own errors.
+type certRefused struct{ err error }
+
+func (e *certRefused) Error() string { return e.err.Error() }

@@ -239,14 +239,35 @@ func (h *Hub) noteReturn(tx store.Tx, m store.Machine, placed []store.Workload, 
 	default:
 		return 0, nil
 	}
-	trimmed, repeated := 0, false
-	for i, w := range placed {
-		n, collapsed, err := h.noteLine(tx, now, w.ID, kind, text)
+	trimmed, repeated, written, ended := 0, false, 0, 0
+	for _, w := range placed {
+		line := text
+		if kind == "cut-off" {
+			// "Kept running" holds only for what the machine still
+			// runs: what was failed or stopped while it was away is
+			// told so (its machine now parks or removes it), and what
+			// had ended before says nothing (issue 18).
+			switch mode, _ := modeOf(w); {
+			case mode == protocol.ModeRun:
+			case w.Since.After(m.LastSync):
+				ended++
+				line = fmt.Sprintf("machine %s was cut off for %s and is back; this workload became %s while it was away, so its machine is told to %s it",
+					m.ID, away.Round(time.Second), w.State, mode)
+			default:
+				continue
+			}
+		}
+		n, collapsed, err := h.noteLine(tx, now, w.ID, kind, line)
 		if err != nil {
 			return 0, err
 		}
 		trimmed += n
-		repeated = repeated || i == 0 && collapsed
+		repeated = repeated || written == 0 && collapsed
+		written++
+	}
+	if ended > 0 {
+		text = fmt.Sprintf("machine %s was cut off for %s and is back; it did not reboot; %d of its workloads were failed or stopped while it was away, and it is told to stop them",
+			m.ID, away.Round(time.Second), ended)
 	}
 	// A line that only adds to a count is no news for the operator's log.
 	level := slog.LevelInfo

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"einsora.dev/edge/hub/store"
 )
@@ -96,16 +97,16 @@ func (c *Controller) failOffline(tx store.Tx, m store.Machine, wakes *changes) e
 	if err != nil {
 		return err
 	}
-	mins := int(c.cfg.OfflineFailAfter.Minutes())
+	span := spell(c.cfg.OfflineFailAfter)
 	for _, w := range ws {
 		if w.State == store.StateRunning {
-			r := fmt.Sprintf("its machine has been offline for %d minutes", mins)
+			r := "its machine has been offline for " + span
 			if err := move(tx, c.clk.Now(), &w, store.StateFailed, r, "failed: "+r, wakes); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := move(tx, c.clk.Now(), &w, store.StateStopped, "", fmt.Sprintf("stopped: its machine has been offline for %d minutes", mins), wakes); err != nil {
+		if err := move(tx, c.clk.Now(), &w, store.StateStopped, "", "stopped: its machine has been offline for "+span, wakes); err != nil {
 			return err
 		}
 	}
@@ -140,4 +141,18 @@ func (c *Controller) failStuck(tx store.Tx, wakes *changes) error {
 		}
 	}
 	return nil
+}
+
+// spell says d for a reason or timeline line: whole minutes as "10
+// minutes", anything shorter (a test's --offline-fail-after) as "20s",
+// never "0 minutes".
+func spell(d time.Duration) string {
+	switch {
+	case d == time.Minute:
+		return "1 minute"
+	case d >= time.Minute && d%time.Minute == 0:
+		return fmt.Sprintf("%d minutes", int(d/time.Minute))
+	default:
+		return d.String()
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
+	"time"
 
 	"einsora.dev/edge/hub/trust"
 	"einsora.dev/edge/protocol"
@@ -36,8 +38,15 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 	// Wait before reading the generation, so a wake between the read and
 	// the wait is not lost.
 	w, release := h.polls.wait(machineID)
+	rec, ok := h.recordWithin(machineID, req, release)
+	if !ok {
+		// The store has not committed the report within a presence
+		// batch: it may not answer at all (a replica cut off, before
+		// its batch fails). Send the agent to another replica now.
+		return nil, fmt.Errorf("sync %s: %w: its report waits on this replica's store", machineID, ErrNotReady)
+	}
 	defer release()
-	gen, news, capacity, err := h.record(machineID, req)
+	gen, news, capacity, err := rec.gen, rec.news, rec.capacity, rec.err
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +79,17 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 			return nil, ctx.Err()
 		}
 	}
-	resp, err := h.Desired(ctx, machineID)
+	if woken && h.feed.failingNow() {
+		// Woken because this replica lost its store (touchLoop): send
+		// the agent away now; reading its desired state would wait on
+		// the store that does not answer, and hold the agent here.
+		return nil, fmt.Errorf("sync %s: %w: this replica cannot reach its store", machineID, ErrNotReady)
+	}
+	// Bounded: a store that stops answering mid-read must not hold the
+	// agent past a presence batch; the error sends it to another replica.
+	dctx, cancel := context.WithTimeout(ctx, h.feed.every)
+	defer cancel()
+	resp, err := h.Desired(dctx, machineID)
 	if woken && err == nil {
 		h.wakeLatency(w)
 		noteWoken(ctx)
@@ -114,4 +133,65 @@ func CheckSyncRequest(req *protocol.SyncRequest) error {
 		}
 	}
 	return nil
+}
+
+// recorded is what record returned.
+type recorded struct {
+	gen            int64
+	news, capacity bool
+	err            error
+}
+
+// recordWithin records req, waiting at most a presence batch interval for
+// the commit. ok is false when it waited that long: the report is still
+// written (or fails) in the background, news and all, and release, the
+// poll's, is called only then, so the machine counts as connected here
+// while its report waits in this hub's queue (rule 8: the hub's backlog
+// is not the machine's silence). When ok, the caller releases.
+func (h *Hub) recordWithin(machineID string, req *protocol.SyncRequest, release func()) (rec recorded, ok bool) {
+	var (
+		mu   sync.Mutex // orders the hand-over: either the caller takes the result, or the background finishes alone
+		left bool
+		out  = make(chan recorded, 1)
+	)
+	// Armed first: the wait is counted from the sync's arrival. Wall
+	// time, as the store's own deadlines (contexts) are: it bounds a
+	// store's silence, not a span of the hub's rules.
+	t := time.NewTimer(h.feed.every)
+	defer t.Stop()
+	go func() {
+		var r recorded
+		r.gen, r.news, r.capacity, r.err = h.record(machineID, req)
+		mu.Lock()
+		gone := left
+		if !gone {
+			out <- r
+		}
+		mu.Unlock()
+		if !gone {
+			return
+		}
+		release()
+		if r.err == nil && r.capacity {
+			h.wakeLeader(context.Background(), true, machineID)
+		}
+		if r.err == nil && r.news {
+			h.markDirty(machineID)
+			h.notifyReplicas(context.Background(), observePrefix+machineID)
+		}
+	}()
+	select {
+	case r := <-out:
+		return r, true
+	case <-t.C:
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case r := <-out:
+		return r, true
+	default:
+		left = true
+		return recorded{}, false
+	}
 }

@@ -231,3 +231,27 @@ func TestReplicaWithoutStoreSendsItsAgentsAway(t *testing.T) {
 		}
 	}
 }
+
+// A machine's request whose certificate this replica cannot check (its
+// store does not answer: hub.ErrNotReady from identify) is the hub's
+// failure: 503 with Retry-After and Connection: close, so the agent moves
+// on, never a 401 that keeps it here (issue 18).
+func TestUncheckableCertificateSendsTheAgentAway(t *testing.T) {
+	api := New(nil, nil, quiet())
+	srv := httptest.NewServer(api.SyncHandler(func(*http.Request) (string, error) {
+		return "", fmt.Errorf("certificate 0a of machine m-1: %w: this replica cannot reach its store", hub.ErrNotReady)
+	}))
+	defer srv.Close()
+	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(`{"protocol_version":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !resp.Close {
+		t.Fatalf("got %d, Retry-After %q, close %v: %s; want 503 with Retry-After, closing", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Close, b)
+	}
+	if strings.Contains(string(b), "m-1") {
+		t.Errorf("the answer names the hub's internals: %s", b)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/ca"
 	"einsora.dev/edge/protocol"
 )
@@ -22,14 +23,8 @@ func (a *API) SyncHandler(identify func(*http.Request) (string, error)) http.Han
 		}
 		resp, err := a.hub.Sync(r.Context(), machineID, req)
 		if _, _, ok := statusOf(err); err != nil && !ok && r.Context().Err() == nil {
-			// The hub's own failure: its store, almost always. Send the
-			// agent away and close the connection (over HTTP/2 a
-			// GOAWAY), so that through a load balancer it reaches a
-			// replica that can answer instead of retrying this one.
 			a.log.Error("sync failed; sending the agent to reconnect", "machine", machineID, "err", err)
-			w.Header().Set("Retry-After", "1")
-			w.Header().Set("Connection", "close")
-			writeError(w, http.StatusServiceUnavailable, "this hub cannot answer now (its store is unreachable or failing); the agent reconnects, through the load balancer to another replica")
+			sendAway(w)
 			return
 		}
 		if err != nil {
@@ -100,6 +95,12 @@ func machineHandler(identify func(*http.Request) (string, error), serve func(w h
 			return
 		}
 		machineID, err := identify(r)
+		if errors.Is(err, hub.ErrNotReady) {
+			// Not the caller's fault: this replica cannot check its
+			// certificate (its store does not answer).
+			sendAway(w)
+			return
+		}
 		if err != nil {
 			// A revoked certificate is the hub's refusal (403); anything
 			// else is a caller not identified.
@@ -112,6 +113,16 @@ func machineHandler(identify func(*http.Request) (string, error), serve func(w h
 		}
 		serve(w, r, machineID)
 	})
+}
+
+// sendAway answers the hub's own failure (its store, almost always): 503
+// with Retry-After, closing the connection (over HTTP/2 a GOAWAY), so that
+// through a load balancer, or to its next --hub, the agent reaches a
+// replica that can answer instead of retrying this one.
+func sendAway(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "1")
+	w.Header().Set("Connection", "close")
+	writeError(w, http.StatusServiceUnavailable, "this hub cannot answer now (its store is unreachable or failing); the agent reconnects, through the load balancer to another replica")
 }
 
 // IdentifyClientCert names the machine of a request by its verified client

@@ -81,6 +81,13 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
+	// Presence batches go every third of --offline-after, to the second.
+	if d := opts.Hub.OfflineAfter; d < 0 || d > 0 && d < 3*time.Second {
+		return errorf("--offline-after %s: want at least 3s", d)
+	}
+	if d := opts.Hub.OfflineFailAfter; d < 0 {
+		return errorf("--offline-fail-after %s: want a positive duration", d)
+	}
 	if opts.Hub.URL != "" {
 		if err := checkReplicaURL(opts.Hub.URL); err != nil {
 			return err

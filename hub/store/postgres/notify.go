@@ -51,8 +51,10 @@ func (s *Store) Notify(ctx context.Context, machineID string) error {
 //
 // When the connection drops, Listen reconnects with full-jitter backoff
 // (hubclient.Backoff); notifications sent while it was away are lost, so
-// after every LISTEN but one that succeeded at the first try it calls
-// wake("") meaning "wake every poll", and each poll re-reads its machine.
+// after every LISTEN it calls wake("") meaning "wake every poll", and each
+// poll re-reads its machine. The first LISTEN too: the hub takes polls
+// before it is up, and a change notified meanwhile would otherwise wait a
+// whole poll timeout (90 s with --poll-timeout 90s).
 //
 // Listen returns nil once ctx is done, and an error only if the store's
 // DSN cannot be parsed; it retries every other failure.
@@ -72,8 +74,8 @@ func (s *Store) Listen(ctx context.Context, wake func(machineID string)) error {
 		log = slog.Default()
 	}
 	bo := hubclient.Backoff{Base: ListenBackoffBase, Cap: ListenBackoffCap}
-	for attempt := 0; ctx.Err() == nil; attempt++ {
-		listened, err := s.listen(ctx, cfg, wake, attempt > 0)
+	for ctx.Err() == nil {
+		listened, err := s.listen(ctx, cfg, wake)
 		if ctx.Err() != nil {
 			break
 		}
@@ -94,7 +96,7 @@ func (s *Store) Listen(ctx context.Context, wake func(machineID string)) error {
 
 // listen runs one connection until it fails or ctx is done. listened
 // reports whether LISTEN succeeded on it.
-func (s *Store) listen(ctx context.Context, cfg *pgx.ConnConfig, wake func(string), rewake bool) (listened bool, err error) {
+func (s *Store) listen(ctx context.Context, cfg *pgx.ConnConfig, wake func(string)) (listened bool, err error) {
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return false, err
@@ -110,9 +112,7 @@ func (s *Store) listen(ctx context.Context, cfg *pgx.ConnConfig, wake func(strin
 	if s.onListen != nil {
 		s.onListen(conn.PgConn().PID())
 	}
-	if rewake {
-		wake("")
-	}
+	wake("")
 	for {
 		wctx, cancel := context.WithTimeout(ctx, ListenPingAfter)
 		n, err := conn.WaitForNotification(wctx)

@@ -281,6 +281,7 @@ func TestListenReconnects(t *testing.T) {
 	w := newWakes()
 	pids := listen(t, a, w)
 	pid := nextPID(t, pids)
+	w.want(t, "") // the first LISTEN's: polls taken before it was up
 	ctx := context.Background()
 	var killed bool
 	must(t, b.db.QueryRowContext(ctx, `SELECT pg_terminate_backend($1)`, int64(pid)).Scan(&killed))

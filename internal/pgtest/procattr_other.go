@@ -1,6 +1,6 @@
 //go:build !linux
 
-package postgres
+package pgtest
 
 import "syscall"
 

@@ -1,4 +1,4 @@
-package postgres
+package pgtest
 
 import "syscall"
 
