@@ -254,13 +254,7 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	cpu0, _ = sumCPU(t.pids())
 	phase := time.Now()
 	for k := range cfg.Changes {
-		via := (k / 3) % len(urls)
-		if k%3 != 0 {
-			via = holder
-			if (k/3)%2 == 0 {
-				via = (holder + 1) % len(urls)
-			}
-		}
+		via := viaFor(k, holder, len(urls))
 		t0 := time.Now()
 		id, mode, err := t.change(ctx, k, via)
 		if err != nil {
@@ -328,6 +322,20 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	r.errs = f.errs.Load()
 	fmt.Fprintf(cfg.Out, "  kill -9 and restart: all %d of its agents synced again after %s, %.2f connections per agent\n", hit, r.restart.Round(time.Millisecond), r.restartDials)
 	return r, nil
+}
+
+// viaFor is the replica whose admin API makes change k (create, park,
+// run) of a run with n replicas, the workload's agent polling holder: a
+// create goes to each replica in turn, a park or run to another replica
+// than holder on even cycles and to holder on odd ones.
+func viaFor(k, holder, n int) int {
+	if k%3 == 0 {
+		return (k / 3) % n
+	}
+	if (k/3)%2 == 0 {
+		return (holder + 1) % n
+	}
+	return holder
 }
 
 func sumCPU(pids []int) (time.Duration, error) {
