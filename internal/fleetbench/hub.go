@@ -128,20 +128,20 @@ func (h *hubTarget) startReplica(i int) error {
 	if err := os.MkdirAll(r.dir, 0o700); err != nil {
 		return err
 	}
+	if len(h.reps) > 1 && r.listen == "127.0.0.1:0" {
+		// --url is this replica's own URL, which it publishes: it needs
+		// its port before it starts.
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		r.listen = "127.0.0.1:" + port
+	}
 	args := []string{"serve", "--data", filepath.Join(r.dir, "data"), "--listen", r.listen, "--admin", r.admin, "--region", benchRegion, "--allow-sim"}
 	if h.store != "" {
 		args = append(args, "--store", h.store)
 	}
 	if len(h.reps) > 1 {
-		// --url is this replica's own URL, which it publishes: it needs
-		// its port before it starts.
-		if r.listen == "127.0.0.1:0" {
-			port, err := freePort()
-			if err != nil {
-				return err
-			}
-			r.listen = "127.0.0.1:" + port
-		}
 		args = append(args, "--url", "https://"+r.listen)
 	}
 	p, line, err := startProcess(exec.Command(h.bin, args...), filepath.Join(r.dir, "hub.log"), "agents connect to")
