@@ -259,3 +259,51 @@ func TestThrowawayPostgresSchemas(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Replicas start on copies of the first one's data directory, each with
+// --url the address it listens on, and all on the one store.
+func TestReplicasStartOnCopiesWithTheirOwnURL(t *testing.T) {
+	dir := t.TempDir()
+	argsFile := filepath.Join(dir, "args")
+	// A stand-in for einsora-hub serve: it records its arguments, makes
+	// an admin token once per data directory, says where it listens.
+	bin := filepath.Join(dir, "hub.sh")
+	script := `#!/bin/sh
+echo "$@" >> "` + argsFile + `"
+while [ $# -gt 0 ]; do case $1 in --data) data=$2; shift;; --listen) listen=$2; shift;; esac; shift; done
+mkdir -p "$data"; [ -f "$data/admin-token" ] || echo "tok-$$" > "$data/admin-token"
+echo "einsora-hub serve: admin API on http://127.0.0.1:9, agents connect to https://$listen, data in $data"
+exec sleep 60
+`
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := newHubTarget(bin, filepath.Join(dir, "hub"), "postgres://db/x", 3)
+	if err := h.start(); err != nil {
+		t.Fatal(err)
+	}
+	defer h.stop()
+	b, err := os.ReadFile(argsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d replicas started, want 3:\n%s", len(lines), b)
+	}
+	for i, l := range lines {
+		r := h.reps[i]
+		if strings.HasSuffix(r.listen, ":0") || !strings.Contains(l, "--listen "+r.listen+" ") || !strings.Contains(l, "--url https://"+r.listen) {
+			t.Errorf("replica %d: %s; want --listen on a port and --url of it", i, l)
+		}
+		if !strings.Contains(l, "--store postgres://db/x") {
+			t.Errorf("replica %d: %s; want the store", i, l)
+		}
+		if r.api.Token != h.reps[0].api.Token {
+			t.Errorf("replica %d: admin token %q, the first's %q: not a copy", i, r.api.Token, h.reps[0].api.Token)
+		}
+	}
+	if us := h.urls(); len(us) != 3 || us[0] == us[1] || us[1] == us[2] {
+		t.Errorf("urls %v: want three of their own", us)
+	}
+}
