@@ -86,7 +86,7 @@ type result struct {
 
 // Run measures the hub (and, with Replicas, the replicas and one hub on
 // PostgreSQL), then the baseline, and prints the table.
-func Run(ctx context.Context, cfg Config) (err error) {
+func Run(ctx context.Context, cfg Config) error {
 	if cfg.N < 1 || cfg.N > maxN {
 		return fmt.Errorf("fleetbench: N=%d: want 1 to %d", cfg.N, maxN)
 	}
