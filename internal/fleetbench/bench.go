@@ -320,7 +320,8 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	r.restart = time.Since(start)
 	r.restartDials = float64(f.m.dials.Load()-d0) / float64(max(hit, 1))
 	r.errs = f.errs.Load()
-	fmt.Fprintf(cfg.Out, "  kill -9 and restart: all %d of its agents synced again after %s, %.2f connections per agent\n", hit, r.restart.Round(time.Millisecond), r.restartDials)
+	fmt.Fprintf(cfg.Out, "  kill -9 and restart: its %d agents synced again (all but %d of the %d) after %s, %.2f connections per agent\n",
+		hit, restartSlack(cfg.N), cfg.N, r.restart.Round(time.Millisecond), r.restartDials)
 	return r, nil
 }
 
@@ -362,20 +363,32 @@ func sumRSS(pids []int) (int64, error) {
 	return sum, nil
 }
 
-// waitReached waits until n machines' syncs reached t since start.
+// waitReached waits until all but restartSlack(n) of n machines' syncs
+// reached t since start.
 func waitReached(ctx context.Context, t target, start time.Time, n int) error {
+	want := n - restartSlack(n)
 	end := time.Now().Add(connectLimit)
 	for {
 		got, err := t.reached(ctx, start)
-		if err == nil && got >= n {
+		if err == nil && got >= want {
 			return nil
 		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if time.Now().After(end) {
-			return fmt.Errorf("%d of %d machines reached the server within %s (last error: %v)", got, n, connectLimit, err)
+			return fmt.Errorf("%d of %d machines reached the server within %s, %d wanted (last error: %v)", got, n, connectLimit, want, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// restartSlack is how many of n machines may still be missing when a
+// restart counts as done: one in a thousand. The hub's sign is the polls
+// it holds, and in steady state some are always between an answer and
+// the next poll (10,000 agents poll about 450 times a second), so all n
+// are rarely held at one instant.
+func restartSlack(n int) int { return n / 1000 }
 
 func percentile(ds []time.Duration, p int) time.Duration {
 	if len(ds) == 0 {

@@ -307,3 +307,13 @@ exec sleep 60
 		t.Errorf("urls %v: want three of their own", us)
 	}
 }
+
+// A restart is done when all but one in a thousand machines are back:
+// every one below 1,000 agents, ten at 10,000.
+func TestRestartSlack(t *testing.T) {
+	for n, want := range map[int]int{1: 0, 999: 0, 1000: 1, 10000: 10, 60000: 60} {
+		if got := restartSlack(n); got != want {
+			t.Errorf("restartSlack(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
