@@ -43,6 +43,8 @@ type Config struct {
 	// target in a schema of its own; "" starts a throwaway server when
 	// Replicas asks for one, else the hub uses SQLite.
 	Store string
+	// ConnectLimit bounds the cold connect and the restart; 0 is 10 min.
+	ConnectLimit time.Duration
 	// Dir holds the hub's data and logs.
 	Dir string
 	Out io.Writer
@@ -56,6 +58,7 @@ const (
 	// the hub's store, logs, listeners and admin connections.
 	fdHeadroom    = 512
 	connectLimit  = 10 * time.Minute
+	maxConnect    = time.Hour
 	changeLimit   = 30 * time.Second
 	burstLimit    = 10 * time.Minute
 	settle        = 3 * time.Second
@@ -99,6 +102,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Changes < 3 {
 		cfg.Changes = 3
 	}
+	if cfg.ConnectLimit <= 0 {
+		cfg.ConnectLimit = connectLimit
+	}
+	cfg.ConnectLimit = min(cfg.ConnectLimit, maxConnect)
 	cfg.Changes = min(cfg.Changes, 3*cfg.N)
 	lim, err := RaiseOpenFiles()
 	if err != nil {
@@ -209,8 +216,8 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	// Cold connect: every agent's first sync.
 	start := time.Now()
 	f.start()
-	if n, ok := f.allSyncedSince(start, connectLimit); !ok {
-		return r, fmt.Errorf("cold connect: %d of %d agents synced within %s", n, cfg.N, connectLimit)
+	if n, ok := f.allSyncedSince(start, cfg.ConnectLimit); !ok {
+		return r, fmt.Errorf("cold connect: %d of %d agents synced within %s", n, cfg.N, cfg.ConnectLimit)
 	}
 	r.cold = time.Since(start)
 	r.coldDials = float64(f.m.dials.Load()) / float64(cfg.N)
@@ -314,7 +321,7 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	if err := t.restart(); err != nil {
 		return r, fmt.Errorf("restart: %w", err)
 	}
-	if err := waitReached(ctx, t, start, cfg.N); err != nil {
+	if err := waitReached(ctx, t, start, cfg.N, cfg.ConnectLimit); err != nil {
 		return r, fmt.Errorf("restart: %w", err)
 	}
 	r.restart = time.Since(start)
@@ -365,9 +372,9 @@ func sumRSS(pids []int) (int64, error) {
 
 // waitReached waits until all but restartSlack(n) of n machines' syncs
 // reached t since start.
-func waitReached(ctx context.Context, t target, start time.Time, n int) error {
+func waitReached(ctx context.Context, t target, start time.Time, n int, limit time.Duration) error {
 	want := n - restartSlack(n)
-	end := time.Now().Add(connectLimit)
+	end := time.Now().Add(limit)
 	for {
 		got, err := t.reached(ctx, start)
 		if err == nil && got >= want {
@@ -377,7 +384,7 @@ func waitReached(ctx context.Context, t target, start time.Time, n int) error {
 			return ctx.Err()
 		}
 		if time.Now().After(end) {
-			return fmt.Errorf("%d of %d machines reached the server within %s, %d wanted (last error: %v)", got, n, connectLimit, want, err)
+			return fmt.Errorf("%d of %d machines reached the server within %s, %d wanted (last error: %v)", got, n, limit, want, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
