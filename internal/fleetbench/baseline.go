@@ -50,10 +50,12 @@ func newBaselineTarget(self, dir string) *baselineTarget {
 	return &baselineTarget{self: self, dir: dir, listen: "127.0.0.1:0", admin: "127.0.0.1:0"}
 }
 
-func (b *baselineTarget) name() string { return "stock Go TLS long poll" }
-func (b *baselineTarget) url() string  { return b.agentURL }
-func (b *baselineTarget) pid() int     { return b.p.cmd.Process.Pid }
-func (b *baselineTarget) kill()        { b.p.kill() }
+func (b *baselineTarget) name() string   { return "stock Go TLS long poll" }
+func (b *baselineTarget) urls() []string { return []string{b.agentURL} }
+func (b *baselineTarget) pids() []int    { return []int{b.p.cmd.Process.Pid} }
+func (b *baselineTarget) crash()         { b.p.kill() }
+func (b *baselineTarget) restart() error { return b.start() }
+func (b *baselineTarget) stop()          { b.p.kill() }
 
 func (b *baselineTarget) start() error {
 	if b.ca == nil {
@@ -157,7 +159,7 @@ func (b *baselineTarget) post(ctx context.Context, path string) error {
 }
 
 // change wakes machine k with workload b-(k/3) in the cycle's mode.
-func (b *baselineTarget) change(ctx context.Context, k int) (string, protocol.Mode, error) {
+func (b *baselineTarget) change(ctx context.Context, k, _ int) (string, protocol.Mode, error) {
 	mode := protocol.ModeRun
 	if k%3 == 1 {
 		mode = protocol.ModePark
@@ -166,6 +168,7 @@ func (b *baselineTarget) change(ctx context.Context, k int) (string, protocol.Mo
 	return id, mode, b.post(ctx, fmt.Sprintf("/change?machine=%d&id=%s&mode=%s", k/3, id, mode))
 }
 
+// reached counts the machines whose sync reached it since since.
 func (b *baselineTarget) reached(ctx context.Context, since time.Time) (int, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/reached?since=%d", b.adminURL, since.UnixNano()), nil)
 	resp, err := http.DefaultClient.Do(req)

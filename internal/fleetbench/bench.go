@@ -8,12 +8,16 @@ package fleetbench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
+
+	"einsora.dev/edge/hubclient"
 )
 
 // Config configures a run.
@@ -31,6 +35,16 @@ type Config struct {
 	// HTTP1 makes the agents speak HTTP/1.1 instead of HTTP/2, to compare
 	// the servers' cost per held poll.
 	HTTP1 bool
+	// Replicas, when above 1, also measures that many einsora-hub serve
+	// processes on one PostgreSQL database, agents spread over them, and
+	// one hub on that database, before the baseline.
+	Replicas int
+	// Store is the PostgreSQL URL (postgres://…) the hubs use, each
+	// target in a schema of its own; "" starts a throwaway server when
+	// Replicas asks for one, else the hub uses SQLite.
+	Store string
+	// ConnectLimit bounds the cold connect and the restart; 0 is 10 min.
+	ConnectLimit time.Duration
 	// Dir holds the hub's data and logs.
 	Dir string
 	Out io.Writer
@@ -38,8 +52,13 @@ type Config struct {
 
 // Limits that bound every wait of a run.
 const (
-	maxN          = 60000
+	maxN        = 60000
+	maxReplicas = 16
+	// fdHeadroom is what a process holds besides its agents' sockets:
+	// the hub's store, logs, listeners and admin connections.
+	fdHeadroom    = 512
 	connectLimit  = 10 * time.Minute
+	maxConnect    = time.Hour
 	changeLimit   = 30 * time.Second
 	burstLimit    = 10 * time.Minute
 	settle        = 3 * time.Second
@@ -56,46 +75,105 @@ type result struct {
 	idleBytesPerAgentHour float64
 	cpuPerChange          time.Duration
 	wakeP50, wakeP99      time.Duration
-	burst                 time.Duration
-	restart               time.Duration
-	restartDials          float64
-	errs                  int64
+	// The wakes whose change was made on another replica than the one
+	// holding the agent's poll, and those made on that one.
+	crossP50, crossP99 time.Duration
+	sameP50, sameP99   time.Duration
+	nCross, nSame      int
+	replicas           int
+	burst              time.Duration
+	restart            time.Duration
+	restartDials       float64
+	errs               int64
 }
 
-// Run measures the hub, then the baseline, and prints the table.
+// Run measures the hub (and, with Replicas, the replicas and one hub on
+// PostgreSQL), then the baseline, and prints the table.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.N < 1 || cfg.N > maxN {
 		return fmt.Errorf("fleetbench: N=%d: want 1 to %d", cfg.N, maxN)
 	}
+	if cfg.Replicas > maxReplicas {
+		return fmt.Errorf("fleetbench: -replicas %d: want at most %d", cfg.Replicas, maxReplicas)
+	}
+	if cfg.Store != "" && !strings.HasPrefix(cfg.Store, "postgres://") && !strings.HasPrefix(cfg.Store, "postgresql://") {
+		return errors.New("fleetbench: -store: want a postgres:// URL")
+	}
 	if cfg.Changes < 3 {
 		cfg.Changes = 3
 	}
+	if cfg.ConnectLimit <= 0 {
+		cfg.ConnectLimit = connectLimit
+	}
+	cfg.ConnectLimit = min(cfg.ConnectLimit, maxConnect)
 	cfg.Changes = min(cfg.Changes, 3*cfg.N)
 	lim, err := RaiseOpenFiles()
 	if err != nil {
 		return err
 	}
-	// Each agent holds one connection here and one in the server.
-	if need := uint64(2*cfg.N + 256); lim < need {
-		return fmt.Errorf("fleetbench: N=%d needs about %d open files, the limit is %d", cfg.N, need, lim)
-	}
-	hubDir, baseDir := filepath.Join(cfg.Dir, "hub"), filepath.Join(cfg.Dir, "baseline")
-	for _, d := range []string{hubDir, baseDir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return err
-		}
+	if need := openFilesNeeded(cfg.N); lim < need {
+		return fmt.Errorf("fleetbench: N=%d needs about %d open files in this process (and as many in the server), the limit is %d: raise the hard limit (ulimit -Hn)", cfg.N, need, lim)
 	}
 	fmt.Fprintf(cfg.Out, "fleetbench: N=%d, idle window %s, %d changes, open-file limit %d\n", cfg.N, cfg.Window, cfg.Changes, lim)
-	hub, err := measure(ctx, cfg, newHubTarget(cfg.HubBin, hubDir))
-	if err != nil {
-		return fmt.Errorf("fleetbench: hub: %w (its log: %s)", err, filepath.Join(hubDir, "hub.log"))
+	var targets []target
+	dsn := cfg.Store
+	if cfg.Replicas > 1 || dsn != "" {
+		if dsn == "" {
+			pg, err := startPostgres()
+			if err != nil {
+				return fmt.Errorf("fleetbench: start a throwaway PostgreSQL: %w", err)
+			}
+			defer pg.stop()
+			dsn = pg.dsn
+		}
+		// Each target gets an empty schema of its own, dropped after the
+		// run (the throwaway server goes whole).
+		counts := []int{1}
+		if cfg.Replicas > 1 {
+			// One hub on the same store is the replicas' own baseline.
+			counts = []int{cfg.Replicas, 1}
+		}
+		for _, n := range counts {
+			name := fmt.Sprintf("fleetbench_%d_%d_r%d", os.Getpid(), time.Now().UnixNano(), n)
+			sdsn, err := pgSchema(ctx, dsn, name)
+			if err != nil {
+				return fmt.Errorf("fleetbench: -store: %w", err)
+			}
+			if cfg.Store != "" {
+				defer dropPGSchema(dsn, name)
+			}
+			targets = append(targets, newHubTarget(cfg.HubBin, filepath.Join(cfg.Dir, fmt.Sprintf("hub-pg-%d", n)), sdsn, n))
+		}
+	} else {
+		targets = append(targets, newHubTarget(cfg.HubBin, filepath.Join(cfg.Dir, "hub"), "", 1))
 	}
-	base, err := measure(ctx, cfg, newBaselineTarget(cfg.Self, baseDir))
-	if err != nil {
-		return fmt.Errorf("fleetbench: baseline: %w", err)
+	baseDir := filepath.Join(cfg.Dir, "baseline")
+	if err := os.MkdirAll(baseDir, 0o700); err != nil {
+		return err
 	}
-	printTable(cfg.Out, cfg.N, hub, base)
+	targets = append(targets, newBaselineTarget(cfg.Self, baseDir))
+	var cols []column
+	for _, t := range targets {
+		r, err := measure(ctx, cfg, t)
+		if err != nil {
+			return fmt.Errorf("fleetbench: %s: %w (logs in %s)", t.name(), err, cfg.Dir)
+		}
+		cols = append(cols, column{t.name(), r})
+	}
+	printTable(cfg.Out, cfg.N, cols)
 	return nil
+}
+
+// openFilesNeeded is the open files N agents need in one process: the
+// bench holds one socket per agent, and so does the server, but each is
+// its own process with its own limit (RLIMIT_NOFILE is per process;
+// the server inherits the bench's raised soft limit).
+func openFilesNeeded(n int) uint64 { return uint64(n + fdHeadroom) }
+
+// column is one target's figures in the table.
+type column struct {
+	name string
+	r    result
 }
 
 func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
@@ -103,7 +181,18 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	if err := t.start(); err != nil {
 		return r, err
 	}
-	defer func() { t.kill() }()
+	defer func() { t.stop() }()
+	urls := t.urls()
+	r.replicas = len(urls)
+	// replicaOf maps the URL an agent syncs with to its replica.
+	replicaOf := map[string]int{}
+	for i, u := range urls {
+		pu, err := hubclient.ParseHubURL(u)
+		if err != nil {
+			return r, err
+		}
+		replicaOf[pu.String()] = i
+	}
 	var m meter
 	creds, enrol, err := t.creds(ctx, cfg.N, &m)
 	if err != nil {
@@ -113,11 +202,11 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 		r.enrolPerSec = float64(cfg.N) / enrol.Seconds()
 	}
 	time.Sleep(settle)
-	rss0, err := rssKiB(t.pid())
+	rss0, err := sumRSS(t.pids())
 	if err != nil {
 		return r, err
 	}
-	f, err := newFleet(t.url(), creds, cfg.HTTP1)
+	f, err := newFleet(urls, creds, cfg.HTTP1)
 	if err != nil {
 		return r, err
 	}
@@ -127,27 +216,28 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	// Cold connect: every agent's first sync.
 	start := time.Now()
 	f.start()
-	if n, ok := f.allSyncedSince(start, connectLimit); !ok {
-		return r, fmt.Errorf("cold connect: %d of %d agents synced within %s", n, cfg.N, connectLimit)
+	if n, ok := f.allSyncedSince(start, cfg.ConnectLimit); !ok {
+		return r, fmt.Errorf("cold connect: %d of %d agents synced within %s", n, cfg.N, cfg.ConnectLimit)
 	}
 	r.cold = time.Since(start)
 	r.coldDials = float64(f.m.dials.Load()) / float64(cfg.N)
 	fmt.Fprintf(cfg.Out, "  cold connect %s, %.2f connections per agent\n", r.cold.Round(time.Millisecond), r.coldDials)
 
-	// Memory and idle cost, every agent connected and waiting.
+	// Memory and idle cost, every agent connected and waiting; summed
+	// over the processes.
 	time.Sleep(settle)
-	rss1, err := rssKiB(t.pid())
+	rss1, err := sumRSS(t.pids())
 	if err != nil {
 		return r, err
 	}
 	r.rssPerAgentKiB = float64(rss1-rss0) / float64(cfg.N)
-	cpu0, err := cpuTime(t.pid())
+	cpu0, err := sumCPU(t.pids())
 	if err != nil {
 		return r, err
 	}
 	b0 := f.m.bytes.Load()
 	time.Sleep(cfg.Window)
-	cpu1, err := cpuTime(t.pid())
+	cpu1, err := sumCPU(t.pids())
 	if err != nil {
 		return r, err
 	}
@@ -158,29 +248,51 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	fmt.Fprintf(cfg.Out, "  idle: hub RSS +%.1f KiB per agent, CPU %s per agent-hour, %.1f KB per agent-hour\n",
 		r.rssPerAgentKiB, r.idleCPUPerAgentHour.Round(time.Microsecond), r.idleBytesPerAgentHour/1000)
 
-	// Single-workload changes, each waited for before the next.
+	// Single-workload changes, each waited for before the next. Among
+	// replicas, a create goes to each replica in turn (the leader places
+	// it); a park or run of a placed workload goes on alternate cycles to
+	// another replica than the one holding its agent's poll, and to that
+	// one: each wake is counted as crossing replicas or not by where the
+	// agent was told.
 	f.drainWakes()
 	lat := make([]time.Duration, 0, cfg.Changes)
-	cpu0, _ = cpuTime(t.pid())
+	var cross, same []time.Duration
+	holder := 0 // the replica of the agent told of this cycle's workload
+	cpu0, _ = sumCPU(t.pids())
 	phase := time.Now()
 	for k := range cfg.Changes {
+		via := viaFor(k, holder, len(urls))
 		t0 := time.Now()
-		id, mode, err := t.change(ctx, k)
+		id, mode, err := t.change(ctx, k, via)
 		if err != nil {
 			return r, fmt.Errorf("change %d: %w", k, err)
 		}
-		at, err := f.waitWorkload(id, mode, changeLimit)
+		w, err := f.waitWorkload(id, mode, changeLimit)
 		if err != nil {
 			return r, fmt.Errorf("change %d: %w", k, err)
 		}
-		lat = append(lat, at.Sub(t0))
+		d := w.at.Sub(t0)
+		lat = append(lat, d)
+		holder = replicaOf[w.url]
+		if holder == via {
+			same = append(same, d)
+		} else {
+			cross = append(cross, d)
+		}
 	}
-	cpu1, _ = cpuTime(t.pid())
+	cpu1, _ = sumCPU(t.pids())
 	// The idle cost during the phase is not the changes'.
 	busy := float64(cpu1-cpu0) - idleRate*time.Since(phase).Seconds()
 	r.cpuPerChange = time.Duration(max(busy, 0) / float64(cfg.Changes))
 	r.wakeP50, r.wakeP99 = percentile(lat, 50), percentile(lat, 99)
+	r.crossP50, r.crossP99, r.nCross = percentile(cross, 50), percentile(cross, 99), len(cross)
+	r.sameP50, r.sameP99, r.nSame = percentile(same, 50), percentile(same, 99), len(same)
 	fmt.Fprintf(cfg.Out, "  change: hub CPU %s each, wake p50 %s p99 %s\n", r.cpuPerChange.Round(10*time.Microsecond), r.wakeP50.Round(10*time.Microsecond), r.wakeP99.Round(10*time.Microsecond))
+	if len(urls) > 1 {
+		fmt.Fprintf(cfg.Out, "  across replicas (%d): wake p50 %s p99 %s; on the agent's replica (%d): p50 %s p99 %s\n",
+			r.nCross, r.crossP50.Round(10*time.Microsecond), r.crossP99.Round(10*time.Microsecond),
+			r.nSame, r.sameP50.Round(10*time.Microsecond), r.sameP99.Round(10*time.Microsecond))
+	}
 
 	// A burst: a workload of its own for every machine.
 	f.drainWakes()
@@ -198,38 +310,92 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	r.burst = last.Sub(start)
 	fmt.Fprintf(cfg.Out, "  burst of %d: the last agent had its own after %s\n", cfg.N, r.burst.Round(time.Millisecond))
 
-	// kill -9 and restart: every agent syncing with the new process.
+	// kill -9 and restart of the first process: every agent that synced
+	// with it syncing again, with it or (failing over) another replica.
 	time.Sleep(restartSettle)
+	crashed, _ := hubclient.ParseHubURL(urls[0])
+	hit := len(f.onReplica(crashed.String()))
 	d0 := f.m.dials.Load()
 	start = time.Now()
-	t.kill()
-	if err := t.start(); err != nil {
+	t.crash()
+	if err := t.restart(); err != nil {
 		return r, fmt.Errorf("restart: %w", err)
 	}
-	if err := waitReached(ctx, t, start, cfg.N); err != nil {
+	if err := waitReached(ctx, t, start, cfg.N, cfg.ConnectLimit); err != nil {
 		return r, fmt.Errorf("restart: %w", err)
 	}
 	r.restart = time.Since(start)
-	r.restartDials = float64(f.m.dials.Load()-d0) / float64(cfg.N)
+	r.restartDials = float64(f.m.dials.Load()-d0) / float64(max(hit, 1))
 	r.errs = f.errs.Load()
-	fmt.Fprintf(cfg.Out, "  kill -9 and restart: all synced again after %s, %.2f connections per agent\n", r.restart.Round(time.Millisecond), r.restartDials)
+	fmt.Fprintf(cfg.Out, "  kill -9 and restart: its %d agents synced again (all but %d of the %d) after %s, %.2f connections per agent\n",
+		hit, restartSlack(cfg.N), cfg.N, r.restart.Round(time.Millisecond), r.restartDials)
 	return r, nil
 }
 
-// waitReached waits until n machines' syncs reached t since start.
-func waitReached(ctx context.Context, t target, start time.Time, n int) error {
-	end := time.Now().Add(connectLimit)
+// viaFor is the replica whose admin API makes change k (create, park,
+// run) of a run with n replicas, the workload's agent polling holder: a
+// create goes to each replica in turn, a park or run to another replica
+// than holder on even cycles and to holder on odd ones.
+func viaFor(k, holder, n int) int {
+	if k%3 == 0 {
+		return (k / 3) % n
+	}
+	if (k/3)%2 == 0 {
+		return (holder + 1) % n
+	}
+	return holder
+}
+
+func sumCPU(pids []int) (time.Duration, error) {
+	var sum time.Duration
+	for _, p := range pids {
+		c, err := cpuTime(p)
+		if err != nil {
+			return 0, err
+		}
+		sum += c
+	}
+	return sum, nil
+}
+
+func sumRSS(pids []int) (int64, error) {
+	var sum int64
+	for _, p := range pids {
+		kb, err := rssKiB(p)
+		if err != nil {
+			return 0, err
+		}
+		sum += kb
+	}
+	return sum, nil
+}
+
+// waitReached waits until all but restartSlack(n) of n machines' syncs
+// reached t since start.
+func waitReached(ctx context.Context, t target, start time.Time, n int, limit time.Duration) error {
+	want := n - restartSlack(n)
+	end := time.Now().Add(limit)
 	for {
 		got, err := t.reached(ctx, start)
-		if err == nil && got >= n {
+		if err == nil && got >= want {
 			return nil
 		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if time.Now().After(end) {
-			return fmt.Errorf("%d of %d machines reached the server within %s (last error: %v)", got, n, connectLimit, err)
+			return fmt.Errorf("%d of %d machines reached the server within %s, %d wanted (last error: %v)", got, n, limit, want, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// restartSlack is how many of n machines may still be missing when a
+// restart counts as done: one in a thousand. The hub's sign is the polls
+// it holds, and in steady state some are always between an answer and
+// the next poll (10,000 agents poll about 450 times a second), so all n
+// are rarely held at one instant.
+func restartSlack(n int) int { return n / 1000 }
 
 func percentile(ds []time.Duration, p int) time.Duration {
 	if len(ds) == 0 {
@@ -247,24 +413,128 @@ func ratio(a, b float64) string {
 	return fmt.Sprintf("%.1f×", a/b)
 }
 
-func printTable(w io.Writer, n int, h, b result) {
+// printTable prints one column per target and the ratios of the first to
+// each of the others.
+func printTable(w io.Writer, n int, cols []column) {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond)) }
 	s := func(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
-	fmt.Fprintf(w, "\n| measure, N=%d | einsora-hub serve | stock Go TLS long poll | ratio |\n| --- | --- | --- | --- |\n", n)
-	row := func(name, hv, bv string, hf, bf float64) {
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", name, hv, bv, ratio(hf, bf))
+	fmt.Fprintf(w, "\n| measure, N=%d |", n)
+	for _, c := range cols {
+		fmt.Fprintf(w, " %s |", c.name)
 	}
-	row("hub CPU per single-workload change (create, park, run)", ms(h.cpuPerChange), ms(b.cpuPerChange), float64(h.cpuPerChange), float64(b.cpuPerChange))
-	row("wake one agent after a change, p50", ms(h.wakeP50), ms(b.wakeP50), float64(h.wakeP50), float64(b.wakeP50))
-	row("wake one agent after a change, p99", ms(h.wakeP99), ms(b.wakeP99), float64(h.wakeP99), float64(b.wakeP99))
-	row("one workload per machine in a burst: the last agent has its own", s(h.burst), s(b.burst), float64(h.burst), float64(b.burst))
-	row("hub RSS per idle connected agent", fmt.Sprintf("%.1f KiB", h.rssPerAgentKiB), fmt.Sprintf("%.1f KiB", b.rssPerAgentKiB), h.rssPerAgentKiB, b.rssPerAgentKiB)
-	row("idle traffic per agent-hour (TLS records, both ways)", fmt.Sprintf("%.1f KB", h.idleBytesPerAgentHour/1000), fmt.Sprintf("%.1f KB", b.idleBytesPerAgentHour/1000), h.idleBytesPerAgentHour, b.idleBytesPerAgentHour)
-	row("hub CPU while idle, per agent-hour", fmt.Sprintf("%.4f core-s", h.idleCPUPerAgentHour.Seconds()), fmt.Sprintf("%.4f core-s", b.idleCPUPerAgentHour.Seconds()), float64(h.idleCPUPerAgentHour), float64(b.idleCPUPerAgentHour))
-	row("kill -9 and restart, all agents syncing again", s(h.restart), s(b.restart), float64(h.restart), float64(b.restart))
-	row("connections per agent in that restart", fmt.Sprintf("%.2f", h.restartDials), fmt.Sprintf("%.2f", b.restartDials), h.restartDials, b.restartDials)
-	row("cold connect of all enrolled agents", s(h.cold), s(b.cold), float64(h.cold), float64(b.cold))
-	row("connections per agent in that cold connect", fmt.Sprintf("%.2f", h.coldDials), fmt.Sprintf("%.2f", b.coldDials), h.coldDials, b.coldDials)
-	fmt.Fprintf(w, "| enrolments per second | %.0f | — | — |\n", h.enrolPerSec)
-	fmt.Fprintf(w, "\nfailed syncs retried: hub %d, baseline %d\n", h.errs, b.errs)
+	for _, c := range cols[1:] {
+		if len(cols) == 2 {
+			fmt.Fprint(w, " ratio |")
+		} else {
+			fmt.Fprintf(w, " ratio to %s |", c.name)
+		}
+	}
+	fmt.Fprint(w, "\n|")
+	for range 2 * len(cols) {
+		fmt.Fprint(w, " --- |")
+	}
+	fmt.Fprintln(w)
+	// row prints one measure: its text and value in each column; a
+	// column whose ok is false shows a dash.
+	row := func(name string, val func(r result) (string, float64, bool)) {
+		fmt.Fprintf(w, "| %s |", name)
+		for _, c := range cols {
+			txt, _, ok := val(c.r)
+			if !ok {
+				txt = "—"
+			}
+			fmt.Fprintf(w, " %s |", txt)
+		}
+		_, f0, ok0 := val(cols[0].r)
+		for _, c := range cols[1:] {
+			_, f, ok := val(c.r)
+			if !ok0 || !ok {
+				fmt.Fprint(w, " — |")
+				continue
+			}
+			fmt.Fprintf(w, " %s |", ratio(f0, f))
+		}
+		fmt.Fprintln(w)
+	}
+	dur := func(f func(d time.Duration) string, get func(r result) time.Duration) func(r result) (string, float64, bool) {
+		return func(r result) (string, float64, bool) { d := get(r); return f(d), float64(d), true }
+	}
+	multi := false
+	for _, c := range cols {
+		multi = multi || c.r.replicas > 1
+	}
+	row("hub CPU per single-workload change (create, park, run)", dur(ms, func(r result) time.Duration { return r.cpuPerChange }))
+	row("wake one agent after a change, p50", dur(ms, func(r result) time.Duration { return r.wakeP50 }))
+	row("wake one agent after a change, p99", dur(ms, func(r result) time.Duration { return r.wakeP99 }))
+	if multi {
+		// Across replicas: the change made on another replica than the
+		// agent's; a single process has none, so its every wake is the
+		// comparison.
+		cross := func(get func(r result) time.Duration) func(r result) (string, float64, bool) {
+			return func(r result) (string, float64, bool) {
+				if r.replicas > 1 && r.nCross == 0 {
+					return "", 0, false
+				}
+				if r.replicas < 2 {
+					return ms(get(r)), float64(get(r)), true
+				}
+				return fmt.Sprintf("%s (%d)", ms(get(r)), r.nCross), float64(get(r)), true
+			}
+		}
+		sameRep := func(get func(r result) time.Duration) func(r result) (string, float64, bool) {
+			return func(r result) (string, float64, bool) {
+				if r.replicas < 2 || r.nSame == 0 {
+					return "", 0, false
+				}
+				return fmt.Sprintf("%s (%d)", ms(get(r)), r.nSame), float64(get(r)), true
+			}
+		}
+		row("wake across replicas (change on another replica; one process: every change), p50", cross(func(r result) time.Duration {
+			if r.replicas < 2 {
+				return r.wakeP50
+			}
+			return r.crossP50
+		}))
+		row("wake across replicas (change on another replica; one process: every change), p99", cross(func(r result) time.Duration {
+			if r.replicas < 2 {
+				return r.wakeP99
+			}
+			return r.crossP99
+		}))
+		row("wake on the replica holding the poll, p50", sameRep(func(r result) time.Duration { return r.sameP50 }))
+		row("wake on the replica holding the poll, p99", sameRep(func(r result) time.Duration { return r.sameP99 }))
+	}
+	row("one workload per machine in a burst: the last agent has its own", dur(s, func(r result) time.Duration { return r.burst }))
+	row("hub RSS per idle connected agent", func(r result) (string, float64, bool) {
+		return fmt.Sprintf("%.1f KiB", r.rssPerAgentKiB), r.rssPerAgentKiB, true
+	})
+	row("idle traffic per agent-hour (TLS records, both ways)", func(r result) (string, float64, bool) {
+		return fmt.Sprintf("%.1f KB", r.idleBytesPerAgentHour/1000), r.idleBytesPerAgentHour, true
+	})
+	row("hub CPU while idle, per agent-hour", func(r result) (string, float64, bool) {
+		return fmt.Sprintf("%.4f core-s", r.idleCPUPerAgentHour.Seconds()), float64(r.idleCPUPerAgentHour), true
+	})
+	restart := "kill -9 and restart, all agents syncing again"
+	if multi {
+		restart = "kill -9 and restart (of replicas: the first; its agents fail over), its agents syncing again"
+	}
+	row(restart, dur(s, func(r result) time.Duration { return r.restart }))
+	row("connections per agent in that restart", func(r result) (string, float64, bool) {
+		return fmt.Sprintf("%.2f", r.restartDials), r.restartDials, true
+	})
+	row("cold connect of all enrolled agents", dur(s, func(r result) time.Duration { return r.cold }))
+	row("connections per agent in that cold connect", func(r result) (string, float64, bool) {
+		return fmt.Sprintf("%.2f", r.coldDials), r.coldDials, true
+	})
+	row("enrolments per second", func(r result) (string, float64, bool) {
+		return fmt.Sprintf("%.0f", r.enrolPerSec), r.enrolPerSec, r.enrolPerSec > 0
+	})
+	fmt.Fprint(w, "\nfailed syncs retried:")
+	for i, c := range cols {
+		sep := ","
+		if i == len(cols)-1 {
+			sep = "\n"
+		}
+		fmt.Fprintf(w, " %s %d%s", c.name, c.r.errs, sep)
+	}
 }

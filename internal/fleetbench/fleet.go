@@ -17,8 +17,10 @@ import (
 // wake is an agent receiving a new desired state.
 type wake struct {
 	agent int
-	at    time.Time
-	ws    []protocol.DesiredWorkload
+	// url is the replica that answered.
+	url string
+	at  time.Time
+	ws  []protocol.DesiredWorkload
 }
 
 // fleet is N simulated agents, each syncing over its own mutual-TLS
@@ -37,6 +39,8 @@ type fleet struct {
 type simAgent struct {
 	i  int
 	tr *hubclient.HTTPS
+	// sync is tr, or tr failing over among replicas.
+	sync hubclient.Transport
 	// lastOK is when the last sync succeeded (Unix nanoseconds).
 	lastOK atomic.Int64
 }
@@ -51,14 +55,24 @@ type cred struct {
 // of one workload per machine fits beside the change phase's.
 var inventory = protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 2, MemoryMB: 8192, Drivers: []string{"sim"}}
 
-func newFleet(url string, creds []cred, http1 bool) (*fleet, error) {
+// newFleet makes an agent for each of creds; agent i syncs with
+// urls[i mod len(urls)] and, when there are several, fails over to the
+// others in turn (hubclient.Failover), as an agent given every replica's
+// --hub does.
+func newFleet(urls []string, creds []cred, http1 bool) (*fleet, error) {
 	f := &fleet{wakes: make(chan wake, 4*len(creds)+64)}
 	for i, c := range creds {
-		tr, err := hubclient.NewHTTPS(hubclient.HTTPSConfig{URL: url, CA: c.ca, Certificate: c.cert, DialContext: f.m.dialer(i), HTTP1: http1})
+		tr, err := hubclient.NewHTTPS(hubclient.HTTPSConfig{URL: urls[i%len(urls)], CA: c.ca, Certificate: c.cert, DialContext: f.m.dialer(i), HTTP1: http1})
 		if err != nil {
 			return nil, fmt.Errorf("agent %d: %w", i, err)
 		}
-		f.agents = append(f.agents, &simAgent{i: i, tr: tr})
+		a := &simAgent{i: i, tr: tr, sync: tr}
+		if len(urls) > 1 {
+			if a.sync, err = hubclient.NewFailover(tr, urls); err != nil {
+				return nil, fmt.Errorf("agent %d: %w", i, err)
+			}
+		}
+		f.agents = append(f.agents, a)
 	}
 	return f, nil
 }
@@ -101,7 +115,7 @@ func (a *simAgent) loop(ctx context.Context, f *fleet) {
 			inv := inventory
 			req.Inventory = &inv
 		}
-		resp, err := a.tr.Sync(ctx, req)
+		resp, err := a.sync.Sync(ctx, req)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -128,7 +142,7 @@ func (a *simAgent) loop(ctx context.Context, f *fleet) {
 		}
 		storeID, gen, ws = resp.StoreID, resp.Generation, resp.Workloads
 		select {
-		case f.wakes <- wake{agent: a.i, at: time.Now(), ws: ws}:
+		case f.wakes <- wake{agent: a.i, url: a.tr.URL(), at: time.Now(), ws: ws}:
 		default:
 		}
 	}
@@ -170,6 +184,17 @@ func (f *fleet) allSyncedSince(t time.Time, deadline time.Duration) (int, bool) 
 	}
 }
 
+// onReplica is the agents whose sync goes to url now.
+func (f *fleet) onReplica(url string) []*simAgent {
+	var out []*simAgent
+	for _, a := range f.agents {
+		if a.tr.URL() == url {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
 // drainWakes forgets the wakes so far.
 func (f *fleet) drainWakes() {
 	for {
@@ -182,8 +207,8 @@ func (f *fleet) drainWakes() {
 }
 
 // waitWorkload waits for an agent to be told of workload id in mode m and
-// returns when.
-func (f *fleet) waitWorkload(id string, m protocol.Mode, deadline time.Duration) (time.Time, error) {
+// returns that wake.
+func (f *fleet) waitWorkload(id string, m protocol.Mode, deadline time.Duration) (wake, error) {
 	t := time.NewTimer(deadline)
 	defer t.Stop()
 	for {
@@ -191,11 +216,11 @@ func (f *fleet) waitWorkload(id string, m protocol.Mode, deadline time.Duration)
 		case w := <-f.wakes:
 			for _, d := range w.ws {
 				if d.ID == id && d.Mode == m {
-					return w.at, nil
+					return w, nil
 				}
 			}
 		case <-t.C:
-			return time.Time{}, fmt.Errorf("no agent was told of %s in mode %s within %s", id, m, deadline)
+			return wake{}, fmt.Errorf("no agent was told of %s in mode %s within %s", id, m, deadline)
 		}
 	}
 }

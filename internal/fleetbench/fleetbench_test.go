@@ -2,8 +2,12 @@ package fleetbench
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -97,5 +101,219 @@ func TestPercentile(t *testing.T) {
 	}
 	if percentile(nil, 99) != 0 {
 		t.Error("no samples: want 0")
+	}
+}
+
+// The bench and the server are separate processes, each with its own
+// open-file limit: N agents need about N descriptors in each, so 10,000
+// agents fit this container's limit of 20,000, with the server's headroom.
+func TestOpenFilesCountedPerProcess(t *testing.T) {
+	const containerLimit = 20000
+	if need := openFilesNeeded(10000); need > containerLimit || need < 10000+fdHeadroom {
+		t.Errorf("N=10000 needs %d open files per process; want N plus headroom, within %d", need, containerLimit)
+	}
+	if need := openFilesNeeded(19600); need <= containerLimit {
+		t.Errorf("N=19600 needs %d open files per process, which leaves no headroom under %d", need, containerLimit)
+	}
+}
+
+// Among replicas, park and run go to another replica than the agent's on
+// every other cycle and to the agent's own on the others, and creates go
+// to each replica in turn; with one process everything is local.
+func TestViaForCrossesAndStays(t *testing.T) {
+	cross, same := 0, 0
+	for k := range 60 {
+		via := viaFor(k, 1, 3)
+		if via < 0 || via >= 3 {
+			t.Fatalf("change %d via replica %d of 3", k, via)
+		}
+		switch {
+		case k%3 == 0:
+			if via != (k/3)%3 {
+				t.Errorf("create %d via %d, want %d", k, via, (k/3)%3)
+			}
+		case via == 1:
+			same++
+		default:
+			cross++
+		}
+		if viaFor(k, 0, 1) != 0 {
+			t.Errorf("change %d of one process not made on it", k)
+		}
+	}
+	if cross != 20 || same != 20 {
+		t.Errorf("parks and runs: %d across replicas, %d on the agent's; want 20 and 20", cross, same)
+	}
+}
+
+// longPolls reads the gauge from a real /metrics answer and says when it
+// is missing.
+func TestLongPollsReadsTheGauge(t *testing.T) {
+	body := "# HELP einsora_hub_long_polls Agent polls held open now.\n# TYPE einsora_hub_long_polls gauge\neinsora_hub_long_polls 1234\neinsora_hub_long_polls_other 7\n"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			http.NotFound(w, r)
+			return
+		}
+		io.WriteString(w, body)
+	}))
+	defer srv.Close()
+	n, err := longPolls(context.Background(), srv.URL)
+	if err != nil || n != 1234 {
+		t.Fatalf("got %d, %v; want 1234", n, err)
+	}
+	body = "go_goroutines 12\n"
+	if n, err := longPolls(context.Background(), srv.URL); err == nil {
+		t.Errorf("no gauge: got %d, want an error", n)
+	}
+}
+
+// A replica's copy of the data directory keeps the files' modes: the
+// keys and the admin token stay 0600.
+func TestCopyDirKeepsModes(t *testing.T) {
+	src, dst := t.TempDir(), filepath.Join(t.TempDir(), "data")
+	if err := os.WriteFile(filepath.Join(src, "ca.key"), []byte("k"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "ca.crt"), []byte("c"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyDir(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]os.FileMode{"ca.key": 0o600, "ca.crt": 0o644} {
+		st, err := os.Stat(filepath.Join(dst, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, want %v", name, st.Mode().Perm(), want)
+		}
+	}
+}
+
+// The table has a column per target and the first's ratio to each other;
+// a figure a target does not have is a dash, and so is its ratio.
+func TestPrintTableColumnsAndRatios(t *testing.T) {
+	reps := result{replicas: 3, cpuPerChange: 30 * time.Millisecond, crossP99: 40 * time.Millisecond, nCross: 5,
+		sameP99: 20 * time.Millisecond, nSame: 5, enrolPerSec: 100}
+	one := result{replicas: 1, cpuPerChange: 10 * time.Millisecond, wakeP99: 20 * time.Millisecond, enrolPerSec: 200}
+	base := result{replicas: 1, cpuPerChange: 1 * time.Millisecond, wakeP99: 1 * time.Millisecond}
+	var b strings.Builder
+	printTable(&b, 9, []column{{"replicas", reps}, {"one", one}, {"stock", base}})
+	out := b.String()
+	for _, want := range []string{
+		"| measure, N=9 | replicas | one | stock | ratio to one | ratio to stock |",
+		"| hub CPU per single-workload change (create, park, run) | 30.000 ms | 10.000 ms | 1.000 ms | 3.0× | 30.0× |",
+		"| wake across replicas (change on another replica; one process: every change), p99 | 40.000 ms (5) | 20.000 ms | 1.000 ms | 2.0× | 40.0× |",
+		"| wake on the replica holding the poll, p99 | 20.000 ms (5) | — | — | — | — |",
+		"| enrolments per second | 100 | 200 | — | 0.5× | — |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	b.Reset()
+	printTable(&b, 9, []column{{"hub", one}, {"stock", base}})
+	if out := b.String(); strings.Contains(out, "across replicas") || !strings.Contains(out, "| measure, N=9 | hub | stock | ratio |") {
+		t.Errorf("one hub and the baseline: want the two-column table without replica rows:\n%s", out)
+	}
+}
+
+// The throwaway PostgreSQL starts, and each schema the bench makes is a
+// database of its own to the hub: a table made in one is not in another.
+func TestThrowawayPostgresSchemas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	if _, err := pgBinDir(); err != nil {
+		t.Skip(err)
+	}
+	pg, err := startPostgres()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.stop()
+	ctx := context.Background()
+	a, err := pgSchema(ctx, pg.dsn, "fleetbench_test_a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pgSchema(ctx, pg.dsn, "fleetbench_test_b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pgExec(ctx, a, "CREATE TABLE machines (id text)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgExec(ctx, b, "SELECT * FROM machines"); err == nil {
+		t.Error("schema b sees schema a's table")
+	}
+	if err := pgExec(ctx, a, "SELECT * FROM machines"); err != nil {
+		t.Errorf("schema a: %v", err)
+	}
+	if _, err := pgSchema(ctx, pg.dsn, "x; DROP SCHEMA public"); err == nil {
+		t.Error("a schema name with SQL in it was accepted")
+	}
+	if err := dropPGSchema(pg.dsn, "fleetbench_test_a"); err != nil {
+		t.Error(err)
+	}
+}
+
+// Replicas start on copies of the first one's data directory, each with
+// --url the address it listens on, and all on the one store.
+func TestReplicasStartOnCopiesWithTheirOwnURL(t *testing.T) {
+	dir := t.TempDir()
+	argsFile := filepath.Join(dir, "args")
+	// A stand-in for einsora-hub serve: it records its arguments, makes
+	// an admin token once per data directory, says where it listens.
+	bin := filepath.Join(dir, "hub.sh")
+	script := `#!/bin/sh
+echo "$@" >> "` + argsFile + `"
+while [ $# -gt 0 ]; do case $1 in --data) data=$2; shift;; --listen) listen=$2; shift;; esac; shift; done
+mkdir -p "$data"; [ -f "$data/admin-token" ] || echo "tok-$$" > "$data/admin-token"
+echo "einsora-hub serve: admin API on http://127.0.0.1:9, agents connect to https://$listen, data in $data"
+exec sleep 60
+`
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := newHubTarget(bin, filepath.Join(dir, "hub"), "postgres://db/x", 3)
+	if err := h.start(); err != nil {
+		t.Fatal(err)
+	}
+	defer h.stop()
+	b, err := os.ReadFile(argsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d replicas started, want 3:\n%s", len(lines), b)
+	}
+	for i, l := range lines {
+		r := h.reps[i]
+		if strings.HasSuffix(r.listen, ":0") || !strings.Contains(l, "--listen "+r.listen+" ") || !strings.Contains(l, "--url https://"+r.listen) {
+			t.Errorf("replica %d: %s; want --listen on a port and --url of it", i, l)
+		}
+		if !strings.Contains(l, "--store postgres://db/x") {
+			t.Errorf("replica %d: %s; want the store", i, l)
+		}
+		if r.api.Token != h.reps[0].api.Token {
+			t.Errorf("replica %d: admin token %q, the first's %q: not a copy", i, r.api.Token, h.reps[0].api.Token)
+		}
+	}
+	if us := h.urls(); len(us) != 3 || us[0] == us[1] || us[1] == us[2] {
+		t.Errorf("urls %v: want three of their own", us)
+	}
+}
+
+// A restart is done when all but one in a thousand machines are back:
+// every one below 1,000 agents, ten at 10,000.
+func TestRestartSlack(t *testing.T) {
+	for n, want := range map[int]int{1: 0, 999: 0, 1000: 1, 10000: 10, 60000: 60} {
+		if got := restartSlack(n); got != want {
+			t.Errorf("restartSlack(%d) = %d, want %d", n, got, want)
+		}
 	}
 }

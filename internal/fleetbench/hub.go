@@ -1,6 +1,7 @@
 package fleetbench
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -12,10 +13,14 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,34 +35,120 @@ const (
 	benchRegion = "local"
 )
 
-// hubTarget is a real einsora-hub serve on SQLite in a temporary
-// directory, listening on loopback.
+// hubTarget is real einsora-hub serve processes listening on loopback:
+// one on SQLite in a temporary directory, or replicas on one PostgreSQL
+// database (store), each with a copy of the first one's data directory.
 type hubTarget struct {
-	bin, dir      string
-	listen, admin string
-	agentURL      string
-	p             *process
-	api           *adminapi.Client
+	bin, dir, store string
+	reps            []*replica
 	// ids are the change phase's workloads, one per cycle.
 	ids []string
 }
 
-func newHubTarget(bin, dir string) *hubTarget {
-	return &hubTarget{bin: bin, dir: dir, listen: "127.0.0.1:0", admin: "127.0.0.1:0"}
+// replica is one einsora-hub serve process.
+type replica struct {
+	dir           string
+	listen, admin string
+	agentURL      string
+	p             *process
+	api           *adminapi.Client
 }
 
-func (h *hubTarget) name() string { return "einsora-hub serve" }
-func (h *hubTarget) url() string  { return h.agentURL }
-func (h *hubTarget) pid() int     { return h.p.cmd.Process.Pid }
-func (h *hubTarget) kill()        { h.p.kill() }
+// newHubTarget makes a target of n hub processes; store is "" for SQLite
+// (then n is 1) or a PostgreSQL URL.
+func newHubTarget(bin, dir, store string, n int) *hubTarget {
+	h := &hubTarget{bin: bin, dir: dir, store: store}
+	for i := range max(n, 1) {
+		h.reps = append(h.reps, &replica{dir: filepath.Join(dir, fmt.Sprintf("r%d", i)), listen: "127.0.0.1:0", admin: "127.0.0.1:0"})
+	}
+	return h
+}
 
+func (h *hubTarget) name() string {
+	switch {
+	case h.store == "":
+		return "einsora-hub serve"
+	case len(h.reps) == 1:
+		return "einsora-hub serve, PostgreSQL"
+	}
+	return fmt.Sprintf("%d replicas, PostgreSQL", len(h.reps))
+}
+
+func (h *hubTarget) urls() []string {
+	us := make([]string, len(h.reps))
+	for i, r := range h.reps {
+		us[i] = r.agentURL
+	}
+	return us
+}
+
+func (h *hubTarget) pids() []int {
+	ps := make([]int, len(h.reps))
+	for i, r := range h.reps {
+		ps[i] = r.p.cmd.Process.Pid
+	}
+	return ps
+}
+
+// crash kills the first replica with SIGKILL: the whole hub, or one of
+// several replicas.
+func (h *hubTarget) crash() { h.reps[0].p.kill() }
+
+// restart starts the crashed replica again where its agents know to find it.
+func (h *hubTarget) restart() error { return h.startReplica(0) }
+
+func (h *hubTarget) stop() {
+	for _, r := range h.reps {
+		r.p.kill()
+	}
+}
+
+// start starts every replica: the first makes the data directory (CA,
+// server certificate, admin token) and the others start on copies of it,
+// as docs/operations.md sets replicas up. Those files are written before
+// the hub says where it listens, so a copy taken then is whole.
 func (h *hubTarget) start() error {
-	cmd := exec.Command(h.bin, "serve", "--data", filepath.Join(h.dir, "data"), "--listen", h.listen, "--admin", h.admin, "--region", benchRegion, "--allow-sim")
-	p, line, err := startProcess(cmd, filepath.Join(h.dir, "hub.log"), "agents connect to")
+	for i, r := range h.reps {
+		if i > 0 {
+			if err := copyDir(filepath.Join(h.reps[0].dir, "data"), filepath.Join(r.dir, "data")); err != nil {
+				h.stop()
+				return fmt.Errorf("copy the first replica's data directory: %w", err)
+			}
+		}
+		if err := h.startReplica(i); err != nil {
+			h.stop()
+			return fmt.Errorf("replica %d: %w (its log: %s)", i, err, filepath.Join(r.dir, "hub.log"))
+		}
+	}
+	return nil
+}
+
+func (h *hubTarget) startReplica(i int) error {
+	r := h.reps[i]
+	if err := os.MkdirAll(r.dir, 0o700); err != nil {
+		return err
+	}
+	if len(h.reps) > 1 && r.listen == "127.0.0.1:0" {
+		// --url is this replica's own URL, which it publishes: it needs
+		// its port before it starts.
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		r.listen = "127.0.0.1:" + port
+	}
+	args := []string{"serve", "--data", filepath.Join(r.dir, "data"), "--listen", r.listen, "--admin", r.admin, "--region", benchRegion, "--allow-sim"}
+	if h.store != "" {
+		args = append(args, "--store", h.store)
+	}
+	if len(h.reps) > 1 {
+		args = append(args, "--url", "https://"+r.listen)
+	}
+	p, line, err := startProcess(exec.Command(h.bin, args...), filepath.Join(r.dir, "hub.log"), "agents connect to")
 	if err != nil {
 		return err
 	}
-	h.p = p
+	r.p = p
 	adminURL, agentURL := fieldAfter(line, "admin API on "), fieldAfter(line, "agents connect to ")
 	au, err1 := url.Parse(adminURL)
 	gu, err2 := url.Parse(agentURL)
@@ -66,21 +157,63 @@ func (h *hubTarget) start() error {
 		return fmt.Errorf("the hub said %q: no admin and agent URLs", line)
 	}
 	// A restart listens where the agents know to find it.
-	h.admin, h.listen, h.agentURL = au.Host, gu.Host, agentURL
-	tok, err := os.ReadFile(filepath.Join(h.dir, "data", "admin-token"))
+	r.admin, r.listen, r.agentURL = au.Host, gu.Host, agentURL
+	tok, err := os.ReadFile(filepath.Join(r.dir, "data", "admin-token"))
 	if err != nil {
 		p.kill()
 		return fmt.Errorf("read the hub's admin token: %w", err)
 	}
-	h.api = &adminapi.Client{BaseURL: adminURL, Token: strings.TrimSpace(string(tok))}
+	r.api = &adminapi.Client{BaseURL: adminURL, Token: strings.TrimSpace(string(tok))}
+	return nil
+}
+
+// freePort is a loopback port nobody listened on a moment ago.
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	_, port, err := net.SplitHostPort(ln.Addr().String())
+	return port, err
+}
+
+// copyDir copies the regular files of src into a new dst, modes kept
+// (ca.key, server.key and admin-token are 0600).
+func copyDir(src, dst string) error {
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, info.Mode().Perm()); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // creds enrols n machines, each with its own single-use token, its own key
 // and its own source address, through hubclient's enrolment: the real
-// protocol. Making the tokens is not timed; the enrolments are.
+// protocol, machine i through replica i mod the replicas. Making the
+// tokens is not timed; the enrolments are.
 func (h *hubTarget) creds(ctx context.Context, n int, m *meter) ([]cred, time.Duration, error) {
-	if err := h.api.CreateTenant(ctx, benchTenant); err != nil {
+	api := h.reps[0].api
+	if err := api.CreateTenant(ctx, benchTenant); err != nil {
 		var se *adminapi.StatusError
 		if !errors.As(err, &se) || se.Code != 409 {
 			return nil, 0, fmt.Errorf("create tenant: %w", err)
@@ -88,7 +221,7 @@ func (h *hubTarget) creds(ctx context.Context, n int, m *meter) ([]cred, time.Du
 	}
 	toks := make([]string, n)
 	if err := parallel(ctx, n, 8, func(i int) error {
-		t, err := h.api.CreateToken(ctx, benchTenant, benchRegion, time.Hour)
+		t, err := api.CreateToken(ctx, benchTenant, benchRegion, time.Hour)
 		toks[i] = t.Token
 		return err
 	}); err != nil {
@@ -97,7 +230,7 @@ func (h *hubTarget) creds(ctx context.Context, n int, m *meter) ([]cred, time.Du
 	cs := make([]cred, n)
 	start := time.Now()
 	err := parallel(ctx, n, 16, func(i int) error {
-		c, err := enrolOne(ctx, h.agentURL, toks[i], m.dialer(i))
+		c, err := enrolOne(ctx, h.reps[i%len(h.reps)].agentURL, toks[i], m.dialer(i))
 		cs[i] = c
 		return err
 	})
@@ -151,10 +284,11 @@ func enrolOne(ctx context.Context, hubURL, token string, dial dialFunc) (cred, e
 	return cred{cert: tls.Certificate{Certificate: [][]byte{certBlock.Bytes}, PrivateKey: key}, ca: ca}, nil
 }
 
-func (h *hubTarget) change(ctx context.Context, k int) (string, protocol.Mode, error) {
+func (h *hubTarget) change(ctx context.Context, k, via int) (string, protocol.Mode, error) {
+	api := h.reps[via].api
 	switch k % 3 {
 	case 0:
-		w, err := h.api.CreateWorkload(ctx, adminapi.CreateWorkload{
+		w, err := api.CreateWorkload(ctx, adminapi.CreateWorkload{
 			Tenant: benchTenant, Name: fmt.Sprintf("change-%d", k/3), Kind: string(protocol.KindContainer),
 			Class: "cpu-1", Region: benchRegion, Image: "sim:",
 		})
@@ -165,17 +299,17 @@ func (h *hubTarget) change(ctx context.Context, k int) (string, protocol.Mode, e
 		return w.ID, protocol.ModeRun, nil
 	case 1:
 		id := h.ids[k/3]
-		return id, protocol.ModePark, h.api.Act(ctx, id, "park")
+		return id, protocol.ModePark, api.Act(ctx, id, "park")
 	default:
 		id := h.ids[k/3]
-		return id, protocol.ModeRun, h.api.Act(ctx, id, "run")
+		return id, protocol.ModeRun, api.Act(ctx, id, "run")
 	}
 }
 
 func (h *hubTarget) burst(ctx context.Context, n int) ([]string, error) {
 	ids := make([]string, n)
 	err := parallel(ctx, n, 16, func(i int) error {
-		w, err := h.api.CreateWorkload(ctx, adminapi.CreateWorkload{
+		w, err := h.reps[i%len(h.reps)].api.CreateWorkload(ctx, adminapi.CreateWorkload{
 			Tenant: benchTenant, Name: fmt.Sprintf("burst-%d", i), Kind: string(protocol.KindContainer),
 			Class: "cpu-1", Region: benchRegion, Image: "sim:",
 		})
@@ -185,20 +319,62 @@ func (h *hubTarget) burst(ctx context.Context, n int) ([]string, error) {
 	return ids, err
 }
 
-// reached counts the machines whose last sync the hub recorded after
-// since. It relies on the hub writing last_sync when a poll arrives.
-func (h *hubTarget) reached(ctx context.Context, since time.Time) (int, error) {
-	ms, err := h.api.Machines(ctx)
+// reached counts the polls the replicas hold now, from their
+// einsora_hub_long_polls gauges: the hub writes a quiet sync's last_sync
+// only in its presence batch (every 15 s), so last_sync would measure the
+// batch, not the agents. A replica that does not answer (the crashed one,
+// starting) holds none. Every agent is back when the sum is N.
+func (h *hubTarget) reached(ctx context.Context, _ time.Time) (int, error) {
+	sum, answered := 0, 0
+	var last error
+	for _, r := range h.reps {
+		n, err := longPolls(ctx, r.api.BaseURL)
+		if err != nil {
+			last = err
+			continue
+		}
+		sum += n
+		answered++
+	}
+	if answered == 0 {
+		return 0, last
+	}
+	return sum, nil
+}
+
+// longPolls reads einsora_hub_long_polls from the admin listener's
+// /metrics, which needs no token.
+func longPolls(ctx context.Context, adminURL string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(adminURL, "/")+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	for _, m := range ms {
-		if m.LastSync != nil && !m.LastSync.Before(since) {
-			n++
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET %s/metrics: %s", adminURL, resp.Status)
+	}
+	// The metrics are a few KiB; the bound keeps a wrong answer small.
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 4<<20))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "einsora_hub_long_polls "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return 0, fmt.Errorf("einsora_hub_long_polls %q: %w", v, err)
+			}
+			return int(f), nil
 		}
 	}
-	return n, nil
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("GET %s/metrics: no einsora_hub_long_polls", adminURL)
 }
 
 // parallel runs fn(0..n-1) on at most width goroutines and returns the

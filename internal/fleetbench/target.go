@@ -14,28 +14,35 @@ import (
 	"einsora.dev/edge/protocol"
 )
 
-// target is what the fleet syncs with: a real einsora-hub serve, or the
-// stock Go TLS long-poll baseline.
+// target is what the fleet syncs with: real einsora-hub serve processes
+// (one, or replicas on one store), or the stock Go TLS long-poll baseline.
 type target interface {
 	name() string
-	// start starts the server process, on new ports the first time and on
-	// the same ports after a kill.
+	// start starts the server processes on new ports.
 	start() error
-	// kill ends the process with SIGKILL.
-	kill()
-	pid() int
-	url() string
+	// crash ends the first process with SIGKILL; restart starts it again
+	// on the same ports; stop ends them all.
+	crash()
+	restart() error
+	stop()
+	// pids are the server processes, whose CPU and memory are summed.
+	pids() []int
+	// urls are the processes' agent URLs; machine i syncs with
+	// urls[i mod len], and fails over to the others in turn.
+	urls() []string
 	// creds makes n machines' client certificates; enrol says how long
 	// the enrolments took (zero when there is no enrolment to measure).
 	creds(ctx context.Context, n int, m *meter) (cs []cred, enrol time.Duration, err error)
 	// change makes one change that wakes one machine, the k-th of a
-	// cycle of create, park, run; it returns the workload and its mode.
-	change(ctx context.Context, k int) (id string, mode protocol.Mode, err error)
+	// cycle of create, park, run, through process via's admin API; it
+	// returns the workload and its mode.
+	change(ctx context.Context, k, via int) (id string, mode protocol.Mode, err error)
 	// burst gives each of n machines a workload of its own.
 	burst(ctx context.Context, n int) (ids []string, err error)
-	// reached is how many machines' syncs reached the server since t, by
-	// the server's own account: a held poll never answers, so the agents
-	// cannot tell.
+	// reached is how many machines synced with the server since t (the
+	// baseline) or have a poll held now (the hub), by the server's own
+	// account: a held poll never answers, so the agents cannot tell. It
+	// is every machine once all are back.
 	reached(ctx context.Context, since time.Time) (int, error)
 }
 

@@ -30,6 +30,9 @@ func main() {
 	flag.IntVar(&cfg.Changes, "changes", 60, "single-workload changes measured (create, park, run cycles)")
 	keep := flag.Bool("keep", false, "keep the hub's data directory and logs")
 	flag.BoolVar(&cfg.HTTP1, "http1", false, "agents speak HTTP/1.1 instead of HTTP/2, to compare the servers' memory per held poll")
+	flag.IntVar(&cfg.Replicas, "replicas", 1, "above 1: also measure that many einsora-hub serve replicas on one PostgreSQL database, agents spread over them, and one hub on that database")
+	flag.StringVar(&cfg.Store, "store", "", "PostgreSQL URL (postgres://…) for the hubs, each run in a schema of its own; default with -replicas: a throwaway server from /usr/lib/postgresql/*/bin; else SQLite")
+	flag.DurationVar(&cfg.ConnectLimit, "connect-limit", 10*time.Minute, "how long the cold connect and the restart may take (at most 1h)")
 	flag.Parse()
 	self, err := os.Executable()
 	if err != nil {
