@@ -119,12 +119,12 @@ func Run(ctx context.Context, cfg Config) error {
 	dsn := cfg.Store
 	if cfg.Replicas > 1 || dsn != "" {
 		if dsn == "" {
-			pg, err := startPostgres()
+			pg, stop, err := startPostgres()
 			if err != nil {
 				return fmt.Errorf("fleetbench: start a throwaway PostgreSQL: %w", err)
 			}
-			defer pg.stop()
-			dsn = pg.dsn
+			defer stop()
+			dsn = pg
 		}
 		// Each target gets an empty schema of its own, dropped after the
 		// run (the throwaway server goes whole).

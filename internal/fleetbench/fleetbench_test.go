@@ -2,6 +2,7 @@ package fleetbench
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"einsora.dev/edge/internal/pgtest"
 )
 
 // Every agent has its own loopback source address.
@@ -226,20 +229,20 @@ func TestThrowawayPostgresSchemas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
 	}
-	if _, err := pgBinDir(); err != nil {
+	dsn, stop, err := startPostgres()
+	if errors.Is(err, pgtest.ErrUnavailable) {
 		t.Skip(err)
 	}
-	pg, err := startPostgres()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pg.stop()
+	defer stop()
 	ctx := context.Background()
-	a, err := pgSchema(ctx, pg.dsn, "fleetbench_test_a")
+	a, err := pgSchema(ctx, dsn, "fleetbench_test_a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := pgSchema(ctx, pg.dsn, "fleetbench_test_b")
+	b, err := pgSchema(ctx, dsn, "fleetbench_test_b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,10 +255,10 @@ func TestThrowawayPostgresSchemas(t *testing.T) {
 	if err := pgExec(ctx, a, "SELECT * FROM machines"); err != nil {
 		t.Errorf("schema a: %v", err)
 	}
-	if _, err := pgSchema(ctx, pg.dsn, "x; DROP SCHEMA public"); err == nil {
+	if _, err := pgSchema(ctx, dsn, "x; DROP SCHEMA public"); err == nil {
 		t.Error("a schema name with SQL in it was accepted")
 	}
-	if err := dropPGSchema(pg.dsn, "fleetbench_test_a"); err != nil {
+	if err := dropPGSchema(dsn, "fleetbench_test_a"); err != nil {
 		t.Error(err)
 	}
 }

@@ -18,6 +18,7 @@ package pgtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -185,6 +186,46 @@ func version(binDir string) int {
 func isFile(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.Mode().IsRegular()
+}
+
+// ErrUnavailable: there is no PostgreSQL to start here (not installed, or
+// running as root without a postgres user to run it as).
+var ErrUnavailable = errors.New("no PostgreSQL to start")
+
+// Server is a throwaway PostgreSQL started outside a test (the fleet
+// benchmark), as Start starts one for tests.
+type Server struct {
+	// DSN is the server's address, in key=value form.
+	DSN  string
+	stop func()
+}
+
+// StartServer starts a throwaway server; Stop stops it and removes its
+// directory. Where there is none to start, the error wraps
+// ErrUnavailable.
+func StartServer() (*Server, error) {
+	dsn, stop, skip, err := startServer()
+	if skip != "" {
+		return nil, fmt.Errorf("%w: %s", ErrUnavailable, skip)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Server{DSN: dsn, stop: stop}, nil
+}
+
+// Stop stops the server and removes its directory.
+func (s *Server) Stop() { s.stop() }
+
+// URL is the server's address as a postgres:// URL, the form
+// einsora-hub serve --store takes.
+func (s *Server) URL() (string, error) {
+	c, err := pgconn.ParseConfig(s.DSN)
+	if err != nil {
+		return "", err
+	}
+	q := url.Values{"host": {c.Host}, "port": {strconv.Itoa(int(c.Port))}, "sslmode": {"disable"}}
+	return (&url.URL{Scheme: "postgres", User: url.User(c.User), Path: "/" + c.Database, RawQuery: q.Encode()}).String(), nil
 }
 
 // startServer initialises a cluster in a temporary directory and runs
