@@ -113,44 +113,7 @@ func TestBacklogDelaysNeitherPlacementNorLease(t *testing.T) {
 // notifications: it is placed long before the leader's own tick (issue
 // 18).
 func TestCreateOnAStandbyWakesTheLeader(t *testing.T) {
-	dsn := testDSN(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	const tick = 30 * time.Second
-	newHub := func(holder string) *hub.Hub {
-		h, err := hub.New(ctx, hub.Config{AllowSim: true, Store: open(t, dsn), Logger: log, HolderID: holder,
-			PollTimeout: time.Minute, ControllerInterval: tick})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
-	a, b := newHub("hub-a"), newHub("hub-b")
-	must(t, a.CreateTenant(ctx, "local"))
-	must(t, a.RegisterMachine(ctx, "m-1", "m-1", "local", "local"))
-	inv := &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 8, MemoryMB: 16384, Drivers: []string{"sim"}}
-	_, err := a.Sync(ctx, "m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version, Inventory: inv})
-	must(t, err)
-	done := make(chan struct{}, 2)
-	for _, h := range []*hub.Hub{a, b} {
-		go func() { h.Run(ctx); done <- struct{}{} }()
-	}
-	defer func() { cancel(); <-done; <-done }()
-	var standby *hub.Hub
-	deadline := time.Now().Add(10 * time.Second)
-	for standby == nil {
-		if la, _ := a.Leadership(); la {
-			standby = b
-		} else if lb, _ := b.Leadership(); lb {
-			standby = a
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no replica took the lease")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond) // the leader's first pass is over
+	ctx, standby := standbyOfTwo(t, 8, 16384)
 
 	start := time.Now()
 	w, err := standby.CreateWorkload(ctx, hub.WorkloadSpec{Tenant: "local", Name: "web", Kind: protocol.KindContainer, Class: "cpu-1", Region: "local"})
@@ -161,7 +124,7 @@ func TestCreateOnAStandbyWakesTheLeader(t *testing.T) {
 		if got.State == store.StateProvisioning {
 			break
 		}
-		if time.Since(start) > tick/6 {
+		if time.Since(start) > standbyTick/6 {
 			t.Fatalf("created on the standby, still %s after %v: the leader was not woken", got.State, time.Since(start))
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -254,44 +217,7 @@ func TestPresenceAcrossReplicasWithLongPolls(t *testing.T) {
 // (issue 13): with a stale view the leader would see the workload still
 // holding its machine and queue it.
 func TestStandbyChangeReachesTheLeadersCapacityView(t *testing.T) {
-	dsn := testDSN(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	const tick = 30 * time.Second
-	newHub := func(holder string) *hub.Hub {
-		h, err := hub.New(ctx, hub.Config{AllowSim: true, Store: open(t, dsn), Logger: log, HolderID: holder,
-			PollTimeout: time.Minute, ControllerInterval: tick})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
-	a, b := newHub("hub-a"), newHub("hub-b")
-	must(t, a.CreateTenant(ctx, "local"))
-	must(t, a.RegisterMachine(ctx, "m-1", "m-1", "local", "local"))
-	inv := &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 2, MemoryMB: 8192, Drivers: []string{"sim"}}
-	_, err := a.Sync(ctx, "m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version, Inventory: inv})
-	must(t, err)
-	done := make(chan struct{}, 2)
-	for _, h := range []*hub.Hub{a, b} {
-		go func() { h.Run(ctx); done <- struct{}{} }()
-	}
-	defer func() { cancel(); <-done; <-done }()
-	var standby *hub.Hub
-	deadline := time.Now().Add(10 * time.Second)
-	for standby == nil {
-		if la, _ := a.Leadership(); la {
-			standby = b
-		} else if lb, _ := b.Leadership(); lb {
-			standby = a
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no replica took the lease")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond) // the leader's first pass is over
+	ctx, standby := standbyOfTwo(t, 2, 8192)
 
 	// Waits, bounded well inside the view's full check (15 s), for w to be
 	// in state want.
@@ -322,4 +248,52 @@ func TestStandbyChangeReachesTheLeadersCapacityView(t *testing.T) {
 	waitFor(gpu.ID, store.StateQueued, "a GPU workload on a machine without one")
 	must(t, standby.RunWorkload(ctx, w.ID))
 	waitFor(w.ID, store.StateProvisioning, "run again on the standby while stopping")
+}
+
+// standbyTick is the controller's tick in standbyOfTwo: long, so only
+// notifications wake the leader in time.
+const standbyTick = 30 * time.Second
+
+// standbyOfTwo runs two hubs on one store with standbyTick, one machine m-1 of
+// cpus and memoryMB synced, and returns the one standing by once the
+// other leads and has made its first pass. Both stop when t ends.
+func standbyOfTwo(t *testing.T, cpus, memoryMB int) (context.Context, *hub.Hub) {
+	t.Helper()
+	dsn := testDSN(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	newHub := func(holder string) *hub.Hub {
+		h, err := hub.New(ctx, hub.Config{AllowSim: true, Store: open(t, dsn), Logger: log, HolderID: holder,
+			PollTimeout: time.Minute, ControllerInterval: standbyTick})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	a, b := newHub("hub-a"), newHub("hub-b")
+	must(t, a.CreateTenant(ctx, "local"))
+	must(t, a.RegisterMachine(ctx, "m-1", "m-1", "local", "local"))
+	inv := &protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: cpus, MemoryMB: memoryMB, Drivers: []string{"sim"}}
+	_, err := a.Sync(ctx, "m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version, Inventory: inv})
+	must(t, err)
+	done := make(chan struct{}, 2)
+	for _, h := range []*hub.Hub{a, b} {
+		go func() { h.Run(ctx); done <- struct{}{} }()
+	}
+	t.Cleanup(func() { cancel(); <-done; <-done })
+	var standby *hub.Hub
+	deadline := time.Now().Add(10 * time.Second)
+	for standby == nil {
+		if la, _ := a.Leadership(); la {
+			standby = b
+		} else if lb, _ := b.Leadership(); lb {
+			standby = a
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no replica took the lease")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the leader's first pass is over
+	return ctx, standby
 }
