@@ -64,6 +64,12 @@ func (c *Controller) admit(ctx context.Context) error {
 		if errors.Is(err, errSettling) {
 			return nil
 		}
+		if errors.Is(err, errViewStale) {
+			// A machine changed just before the batch: nothing was
+			// placed; the next pass, kicked now, reads it afresh.
+			c.wakeController()
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -85,6 +91,12 @@ func (c *Controller) admit(ctx context.Context) error {
 		f := store.WorkloadFilter{States: []store.State{store.StatePending}, Region: c.cfg.Region, Limit: admitBatch}
 		_, n, err := c.admitBatch(ctx, f)
 		if errors.Is(err, errSettling) {
+			return nil
+		}
+		if errors.Is(err, errViewStale) {
+			// A machine changed just before the batch: nothing was
+			// placed; the next pass, kicked now, reads it afresh.
+			c.wakeController()
 			return nil
 		}
 		if err != nil || n < admitBatch {
@@ -200,6 +212,9 @@ func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[s
 		return c.queue(tx, w, nofit.Reason, nofit.Code, decided)
 	}
 	if err != nil {
+		return err
+	}
+	if err := c.backend.Confirm(tx, d.Machine); err != nil {
 		return err
 	}
 	old := w.Machine

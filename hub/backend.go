@@ -1,6 +1,8 @@
 package hub
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -37,6 +39,13 @@ type Backend interface {
 	// Check: the changes told before it are those that transaction reads
 	// again, so it sees their commits whatever its isolation.
 	Prepare()
+	// Confirm reads machineID's record again in tx, the admit
+	// transaction that is about to place on it: a change committed just
+	// before that transaction began may not have been told (Changed) yet,
+	// and placement must not act on a revoked machine or an inventory
+	// that shrank. It returns errViewStale when the record moved; the
+	// batch then commits nothing and is made again.
+	Confirm(tx store.Tx, machineID string) error
 	// Forget drops what the runtime keeps in memory of the store: the
 	// next Capacity reads it whole (a new term, missed notifications).
 	Forget()
@@ -141,6 +150,20 @@ func (b *agentBackend) Delete(refs ...Ref)    { b.wake(machinesOf(refs)) }
 func (b *agentBackend) Changed(ids ...string) { b.view.touch(ids...) }
 func (b *agentBackend) Forget()               { b.view.forget() }
 func (b *agentBackend) Prepare()              { b.view.prepare() }
+
+// Confirm checks machineID's record in tx against the view's, on what
+// placement reads of it.
+func (b *agentBackend) Confirm(tx store.Tx, machineID string) error {
+	m, err := tx.Machine(machineID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("read machine %s: %w", machineID, err)
+	}
+	if err == nil && b.view.sameRecord(m) {
+		return nil
+	}
+	b.view.touch(machineID)
+	return fmt.Errorf("machine %s: %w", machineID, errViewStale)
+}
 
 func (b *agentBackend) Check(tx store.Tx, classes map[string]store.Class) ([]viewDiff, error) {
 	return b.view.check(tx, classes)

@@ -153,6 +153,24 @@ func (v *capView) update(tx store.Tx) error {
 	return nil
 }
 
+// errViewStale: a machine's record changed in the store before the view
+// was told; the admit batch that found it commits nothing and is made
+// again, with the machine read afresh.
+var errViewStale = errors.New("the capacity view is behind the store")
+
+// sameRecord reports whether m, read from the store, matches the view's
+// record of it on everything placement reads (not the last sync, which
+// presence batches move).
+func (v *capView) sameRecord(m store.Machine) bool {
+	vm := v.machines[m.ID]
+	if vm == nil {
+		return false
+	}
+	a := vm.m
+	return a.Owner == m.Owner && a.Region == m.Region && a.OS == m.OS && a.Arch == m.Arch &&
+		a.Revoked == m.Revoked && reflect.DeepEqual(a.Inventory, m.Inventory)
+}
+
 // reread reads one machine and what holds capacity on it.
 func (v *capView) reread(tx store.Tx, id string) error {
 	m, err := tx.Machine(id)

@@ -260,3 +260,41 @@ func TestCapacityCheckMendsAMissedChange(t *testing.T) {
 		t.Errorf("check after mending: %v, %v", diffs, err)
 	}
 }
+
+// A machine revoked in the store before the view was told (the commit
+// lands, its Changed call has yet to come) is not placed on: the admit
+// transaction reads the chosen machine's record again and the batch
+// places nothing; the next pass reads the machine afresh and queues.
+func TestMachineChangedBeforeTheViewWasToldIsNotPlacedOn(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	ctx := context.Background()
+	first, err := h.CreateWorkload(ctx, WorkloadSpec{Tenant: "local", Name: "first", Kind: protocol.KindContainer, Class: "cpu-1", Region: "local", Image: "sim:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.pass()
+	wantState(t, h, first.ID, store.StateProvisioning) // the view holds m-1 now
+	// Revoked behind the view's back.
+	err = h.st.Update(ctx, func(tx store.Tx) error {
+		m, err := tx.Machine("m-1")
+		if err != nil {
+			return err
+		}
+		m.Revoked = true
+		return tx.PutMachine(m)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := h.CreateWorkload(ctx, WorkloadSpec{Tenant: "local", Name: "second", Kind: protocol.KindContainer, Class: "cpu-1", Region: "local", Image: "sim:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.pass()
+	if got := h.workload(second.ID); got.Machine == "m-1" {
+		t.Fatalf("placed on machine m-1, revoked before the batch: %s", got.State)
+	}
+	h.pass()
+	wantState(t, h, second.ID, store.StateQueued)
+}
