@@ -32,17 +32,6 @@ func startPostgres() (dsn string, stop func(), err error) {
 	return dsn, srv.Stop, nil
 }
 
-func pingPG(dsn string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	return db.PingContext(ctx)
-}
-
 var schemaName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
 
 // pgSchema creates schema name in the database of dsn and returns a DSN
