@@ -57,15 +57,28 @@ func TestHubReplicasWakeEachOther(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	// The agent's poll waits on the follower.
+	// The agent's poll waits on the follower. The follower may answer it
+	// once with nothing new (it wakes every held poll after its first
+	// LISTEN, since it may have missed a notification before); the agent
+	// polls again, as agents do.
 	got := make(chan *protocol.SyncResponse, 1)
 	go func() {
-		resp, err := follower.Sync(ctx, "m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version,
-			StoreID: first.StoreID, Generation: first.Generation})
-		if err != nil {
-			t.Error(err)
+		gen := first.Generation
+		for {
+			resp, err := follower.Sync(ctx, "m-1", &protocol.SyncRequest{ProtocolVersion: protocol.Version,
+				StoreID: first.StoreID, Generation: gen})
+			if err != nil {
+				t.Error(err)
+				got <- nil
+				return
+			}
+			if resp.Unchanged || len(resp.Workloads) == 0 && ctx.Err() == nil {
+				gen = max(gen, resp.Generation)
+				continue
+			}
+			got <- resp
+			return
 		}
-		got <- resp
 	}()
 	time.Sleep(100 * time.Millisecond) // let the poll reach its wait
 	w, err := leader.CreateWorkload(ctx, hub.WorkloadSpec{Tenant: "local", Name: "web", Kind: protocol.KindContainer, Class: "cpu-1", Region: "local"})
@@ -76,7 +89,7 @@ func TestHubReplicasWakeEachOther(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the follower's poll was not woken by the leader's placement")
 	}
-	if resp.Unchanged || len(resp.Workloads) != 1 || resp.Workloads[0].ID != w.ID {
+	if resp == nil || resp.Unchanged || len(resp.Workloads) != 1 || resp.Workloads[0].ID != w.ID {
 		t.Fatalf("got %+v, want the placed workload", resp)
 	}
 
