@@ -50,10 +50,11 @@ cache=/var/cache/einsora-deb-test
 key=$(printf 'bookworm %s %s %s' "$arch" "$mirror" "$include" | sha256sum | cut -c1-12)
 image=einsora-deb-test:$key
 if ! docker image inspect "$image" >/dev/null 2>&1; then
-	if [ ! -s "$cache/bookworm-$key.tar" ]; then
+	if [ ! -f "$cache/bookworm-$key.tar" ] || [ ! -s "$cache/bookworm-$key.tar" ]; then
+		rm -rf "$cache/bookworm-$key.tar" "$cache/bookworm-$key.tar.tmp"
 		log "building a Debian 12 root filesystem from $mirror (cached in $cache)"
 		mkdir -p "$cache"
-		timeout 600 mmdebstrap --quiet --variant=minbase --include="$include" bookworm \
+		timeout 600 mmdebstrap --quiet --format=tar --variant=minbase --include="$include" bookworm \
 			"$cache/bookworm-$key.tar.tmp" "deb $mirror bookworm main" || fail "mmdebstrap"
 		mv "$cache/bookworm-$key.tar.tmp" "$cache/bookworm-$key.tar"
 	fi
