@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"strings"
 	"sync"
 	"time"
 
@@ -72,7 +71,7 @@ func (a *Agent) startUploads(ctx context.Context, reqs []protocol.LogRequest) {
 			a.log.Warn("the hub asked for the output of a workload this agent does not hold; ignored", "workload", r.Workload)
 			continue
 		}
-		if r.URL != "" && (len(r.URL) > protocol.MaxLogURLBytes || !strings.HasPrefix(r.URL, "https://")) {
+		if r.URL != "" && protocol.CheckHubURL(r.URL) != nil {
 			// Never sent anywhere but over pinned TLS, nor grown without bound.
 			a.log.Warn("the hub asked for workload output to be sent to a URL that is not https:// or is too long; ignored",
 				"workload", r.Workload, "url_bytes", len(r.URL))

@@ -190,7 +190,7 @@ func TestUploadGoesToTheReplicaThatAsked(t *testing.T) {
 		{Token: "tok-replica", Workload: "w-1", URL: replica},
 		{Token: "tok-hub", Workload: "w-1"},
 		{Token: "tok-plain", Workload: "w-1", URL: "http://hub-a.test:8443"},
-		{Token: "tok-long", Workload: "w-1", URL: "https://" + strings.Repeat("a", protocol.MaxLogURLBytes)},
+		{Token: "tok-long", Workload: "w-1", URL: "https://" + strings.Repeat("a", protocol.MaxHubURLLen)},
 	}
 	f.setRaw(resp)
 	waitFor(t, "both uploads", func() bool {

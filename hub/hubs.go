@@ -68,15 +68,12 @@ func (h *Hub) RefreshReplicas(ctx context.Context) error {
 			if _, err := tx.PruneReplicas(now.Add(-ReplicaLive)); err != nil {
 				return err
 			}
-			n, err := tx.CountReplicas()
-			if err != nil {
-				return err
-			}
+			// Pruned, and never let past MaxReplicas rows: these are all.
 			known, err := tx.Replicas(time.Time{}, MaxReplicas)
 			if err != nil {
 				return err
 			}
-			if n >= MaxReplicas && !slices.ContainsFunc(known, func(r store.Replica) bool { return r.URL == h.cfg.URL }) {
+			if len(known) >= MaxReplicas && !slices.ContainsFunc(known, func(r store.Replica) bool { return r.URL == h.cfg.URL }) {
 				full = true
 			} else if err := tx.PutReplica(store.Replica{URL: h.cfg.URL, Seen: now}); err != nil {
 				return err
@@ -127,17 +124,15 @@ func (h *Hub) replicaLoop(ctx context.Context) {
 	}
 }
 
-// withHubs returns resp with the live replicas' URLs when they differ from
-// the set the agent named by digest; resp itself is never changed (it may
-// be the cached desired state).
-func (h *Hub) withHubs(resp *protocol.SyncResponse, digest string) *protocol.SyncResponse {
-	urls, d := h.replicas.get()
-	if len(urls) == 0 || d == digest {
-		return resp
+// addHubs gives resp the live replicas' URLs when they differ from the
+// set the agent named by digest. resp is the caller's own (Desired
+// answers a copy of the cached state); the list is shared, never changed
+// once set.
+func (h *Hub) addHubs(resp *protocol.SyncResponse, digest string) *protocol.SyncResponse {
+	if urls, d := h.replicas.get(); len(urls) > 0 && d != digest {
+		resp.Hubs = urls
 	}
-	out := *resp
-	out.Hubs = slices.Clone(urls)
-	return &out
+	return resp
 }
 
 type wokenKey struct{}

@@ -70,7 +70,7 @@ func FuzzDecodeLogNote(f *testing.F) {
 		}
 		// What is accepted is within every bound, and encodes again
 		// to a note that decodes to the same request.
-		if len(machine) > protocol.MaxIDLength || len(req.Workload) > protocol.MaxIDLength || len(req.URL) > protocol.MaxLogURLBytes || req.Tail < 0 ||
+		if len(machine) > protocol.MaxIDLength || len(req.Workload) > protocol.MaxIDLength || len(req.URL) > protocol.MaxHubURLLen || req.Tail < 0 ||
 			!strings.HasPrefix(req.URL, "https://") || len(req.Token) != 32 {
 			t.Fatalf("accepted out of bounds: %q %+v", machine, req)
 		}

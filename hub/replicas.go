@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -144,7 +143,7 @@ func (h *Hub) logURL() string {
 		return ""
 	}
 	u := strings.TrimRight(h.cfg.URL, "/")
-	if err := checkLogURL(u); err != nil {
+	if err := protocol.CheckHubURL(u); err != nil {
 		h.log.Warn("this replica's URL cannot carry log requests; the output of a machine polling another replica will not reach it", "url", u, "err", err)
 		return ""
 	}
@@ -238,22 +237,8 @@ func (n *logNote) check() error {
 	if y := n.Since.Year(); !n.Since.IsZero() && (y < 1 || y > 9999) {
 		return errors.New("log request notification: a since out of range")
 	}
-	if err := checkLogURL(n.URL); err != nil {
+	if err := protocol.CheckHubURL(n.URL); err != nil {
 		return fmt.Errorf("log request notification: %w", err)
-	}
-	return nil
-}
-
-// checkLogURL accepts what the agent will upload to: https://HOST[:PORT],
-// nothing more, at most protocol.MaxLogURLBytes.
-func checkLogURL(s string) error {
-	if len(s) > protocol.MaxLogURLBytes {
-		return fmt.Errorf("URL of %d bytes, at most %d", len(s), protocol.MaxLogURLBytes)
-	}
-	u, err := url.Parse(s)
-	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.Path != "" || u.RawPath != "" || u.Opaque != "" ||
-		u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || trust.Text(s, protocol.MaxLogURLBytes) != s {
-		return fmt.Errorf("URL %q: want https://HOST:PORT", trust.Text(s, 100))
 	}
 	return nil
 }

@@ -72,7 +72,7 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 			woken = true
 		case <-t.C():
 			h.polls.held.Add(-1)
-			return h.withHubs(&protocol.SyncResponse{StoreID: h.store.ID(), Generation: gen, Unchanged: true, HubTime: h.clk.Now()}, req.HubsDigest), nil
+			return h.addHubs(&protocol.SyncResponse{StoreID: h.store.ID(), Generation: gen, Unchanged: true, HubTime: h.clk.Now()}, req.HubsDigest), nil
 		case <-ctx.Done():
 			h.polls.held.Add(-1)
 			t.Stop()
@@ -95,7 +95,7 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 		noteWoken(ctx)
 	}
 	if err == nil {
-		resp = h.withHubs(resp, req.HubsDigest)
+		resp = h.addHubs(resp, req.HubsDigest)
 		resp.Logs = h.logs.take(machineID)
 	}
 	return resp, err

@@ -38,13 +38,13 @@ func (t *HTTPS) UploadLogs(ctx context.Context, token string, body io.Reader) er
 // transport syncs with: the same client certificate, the same pinned CA,
 // and the replica's certificate must be valid for rawURL's host. "" or
 // the transport's own hub is UploadLogs. It refuses, sending nothing, a
-// URL that is not https://HOST[:PORT] or is over protocol.MaxLogURLBytes.
+// URL that protocol.CheckHubURL refuses.
 func (t *HTTPS) UploadLogsTo(ctx context.Context, rawURL, token string, body io.Reader) error {
 	if rawURL == "" {
 		return t.UploadLogs(ctx, token, body)
 	}
-	if len(rawURL) > protocol.MaxLogURLBytes {
-		return fmt.Errorf("log upload: a replica URL of %d bytes, at most %d", len(rawURL), protocol.MaxLogURLBytes)
+	if err := protocol.CheckHubURL(rawURL); err != nil {
+		return fmt.Errorf("log upload: %w", err)
 	}
 	u, err := ParseHubURL(rawURL)
 	if err != nil {

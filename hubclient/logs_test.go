@@ -63,7 +63,7 @@ func TestUploadLogsToAnotherReplica(t *testing.T) {
 		t.Errorf("%d requests reached replicas that did not prove the CA and the name", n)
 	}
 	for _, bad := range []string{"http://" + strings.TrimPrefix(byName(other.URL), "https://"), byName(other.URL) + "/x",
-		"https://" + strings.Repeat("a", protocol.MaxLogURLBytes) + ".test"} {
+		"https://" + strings.Repeat("a", protocol.MaxHubURLLen) + ".test"} {
 		if err := tr.UploadLogsTo(ctx, bad, "tok-4", strings.NewReader("x\n")); err == nil {
 			t.Errorf("%.60s accepted", bad)
 		}

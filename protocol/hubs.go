@@ -19,7 +19,8 @@ const (
 	MaxHubURLLen = 256
 )
 
-// CheckHubURL refuses a replica URL an agent must not keep: longer than
+// CheckHubURL refuses a replica URL an agent must not keep or send to (a
+// replica in SyncResponse.Hubs, or LogRequest.URL): longer than
 // MaxHubURLLen, with control characters, or other than https://HOST[:PORT].
 func CheckHubURL(s string) error {
 	if len(s) > MaxHubURLLen {
@@ -32,7 +33,7 @@ func CheckHubURL(s string) error {
 	if err != nil {
 		return fmt.Errorf("hub URL %q: %w", s, err)
 	}
-	if u.Scheme != "https" || u.Host == "" || u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+	if u.Scheme != "https" || u.Host == "" || u.User != nil || u.Path != "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.Opaque != "" {
 		return fmt.Errorf("hub URL %q: want https://HOST:PORT", s)
 	}
 	return nil

@@ -27,7 +27,7 @@ type LogRequest struct {
 	// hub closes it or the workload is removed.
 	Follow bool `json:"follow,omitempty"`
 	// URL, when set, is the hub replica that holds the request and waits
-	// for the upload (https://HOST:PORT, at most MaxLogURLBytes): with
+	// for the upload (https://HOST:PORT, as CheckHubURL passes): with
 	// several replicas the machine's poll may be held by another. The
 	// agent uploads there with its usual certificate and pinned CA; empty,
 	// it uploads to the hub it syncs with. Agents that predate it ignore
@@ -51,6 +51,4 @@ const (
 	MaxLogRequests = 16
 	// MaxLogLineBytes bounds one encoded LogLine on the upload.
 	MaxLogLineBytes = 128 << 10
-	// MaxLogURLBytes bounds LogRequest.URL.
-	MaxLogURLBytes = 512
 )

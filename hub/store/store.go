@@ -131,8 +131,6 @@ type Tx interface {
 	// Replicas returns at most limit replicas seen at or after since, in
 	// URL order.
 	Replicas(since time.Time, limit int) ([]Replica, error)
-	// CountReplicas is how many replicas are recorded, live or not.
-	CountReplicas() (int, error)
 	// PruneReplicas deletes the replicas last seen before before and
 	// returns how many went.
 	PruneReplicas(before time.Time) (int, error)

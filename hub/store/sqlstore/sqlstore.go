@@ -852,11 +852,6 @@ func (t *tx) Replicas(since time.Time, limit int) ([]store.Replica, error) {
 	return out, rows.Err()
 }
 
-func (t *tx) CountReplicas() (n int, err error) {
-	err = t.queryRow(`SELECT COUNT(*) FROM replicas`).Scan(&n)
-	return n, err
-}
-
 func (t *tx) PruneReplicas(before time.Time) (int, error) {
 	res, err := t.exec(`DELETE FROM replicas WHERE seen < ?`, ts(before))
 	if err != nil {
