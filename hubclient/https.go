@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"einsora.dev/edge/clock"
@@ -570,9 +571,13 @@ func closedEarly(err error) bool {
 	if errors.As(err, &refused) || errors.As(err, &he) || errors.As(err, &pe) {
 		return false
 	}
+	// A broken pipe is the hub closing after the refusal while the
+	// request (or HTTP/2's preface) was being written.
 	msg := err.Error()
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		strings.Contains(msg, "connection reset by peer") || strings.Contains(msg, "could not be established")
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		strings.Contains(msg, "connection reset by peer") || strings.Contains(msg, "broken pipe") ||
+		strings.Contains(msg, "could not be established")
 }
 
 // TLSRefusedError is the hub refusing this machine's certificate during the
