@@ -8,28 +8,46 @@ import (
 	"einsora.dev/edge/protocol"
 )
 
-// Fleet is the machines of one admit pass with what each has free, so a
-// controller can place many workloads without summing every machine's
+// Fleet is the machines placement chooses among, with what each has free,
+// so a controller can place many workloads without summing every machine's
 // Holding again for each. Its Place decides and records the placement, so
-// the next Place sees what it took: each answer is exactly what the package's
-// Place would answer given the machines with every earlier placement of the
-// pass added to their Holding. A Fleet copies what it needs from the machines
-// given and never changes them. It is not safe for concurrent use.
+// the next Place sees what it took: each answer is exactly what the
+// package's Place would answer given the fleet's machines with every
+// earlier placement of the pass added to their Holding.
+//
+// A Fleet outlives a pass: NewPass drops the pass's holds, and Update,
+// Remove and SetOnline patch one machine at a time, at a cost that does
+// not grow with the fleet, so a controller keeps one Fleet and tells it
+// what changed instead of building one per pass. A Fleet copies what it
+// needs from the machines given and never changes them; a caller changes
+// none of a machine's slices or maps (Holding apart) after giving it. It
+// is not safe for concurrent use.
 type Fleet struct {
 	// drivers is the driver table in order of preference: strongest
 	// isolation first, a strong driver before a weak one, then by name.
-	drivers  []Driver
-	machines []machineState // sorted by ID
+	drivers []Driver
+	// machines are indexed by byID; an index stays its machine's until
+	// the machine is removed (its slot is then gone, and reused by none).
+	machines []machineState
 	byID     map[string]int
 	// byScope indexes machines by owner and region, the key of
-	// Machine.CanHost: the machines a workload may use are among
-	// byScope[scope{w.Tenant, w.Region}], and CanHost still decides.
+	// Machine.CanHost, each list in ID order: the machines a workload may
+	// use are among byScope[scope{w.Tenant, w.Region}], and CanHost
+	// still decides.
 	byScope map[scope][]int
 	// placed maps a workload to the machine holding it.
 	placed map[string]string
 	// shortlists caches, per shape of workload, the machines that pass
-	// the rules no Hold can change.
+	// the rules no Hold can change; Update and SetOnline keep them true.
 	shortlists map[shape]*shortlist
+	// pass numbers the pass under way (from 1); heldOn are the machines
+	// it held on and heldWork the workloads it placed, dropped by
+	// NewPass.
+	pass     uint64
+	heldOn   []int
+	heldWork []string
+	// gone counts the removed machines' slots.
+	gone int
 }
 
 type scope struct{ owner, region string }
@@ -46,7 +64,15 @@ type machineState struct {
 	// limited[i] counts the holdings that count toward drivers[i]'s
 	// per-machine limit.
 	limited []int
+	// held is set while the pass under way holds on the machine; gone
+	// when the machine was removed.
+	held, gone bool
 }
+
+// maxShortlists bounds the shapes a Fleet remembers: shapes come from
+// workloads' classes, ports and needs, which callers choose. Past it, the
+// cache is dropped whole and built again as workloads ask.
+const maxShortlists = 512
 
 // NewFleet returns the fleet of machines with the driver table drivers. A
 // machine ID that repeats is taken once, first come; so is a driver name.
@@ -55,6 +81,7 @@ func NewFleet(machines []Machine, drivers []Driver) *Fleet {
 		byID:    make(map[string]int, len(machines)),
 		byScope: make(map[scope][]int),
 		placed:  make(map[string]string, len(machines)),
+		pass:    1,
 	}
 	seen := make(map[string]bool, len(drivers))
 	for _, d := range drivers {
@@ -66,8 +93,8 @@ func NewFleet(machines []Machine, drivers []Driver) *Fleet {
 	slices.SortStableFunc(f.drivers, preferDriver)
 
 	f.machines = make([]machineState, 0, len(machines))
-	// Every machine's offers and limits are cut from one block each: a
-	// fleet is built per admit batch, so per-machine allocations add up.
+	// Every machine's offers and limits are cut from one block each, so
+	// building a fleet allocates little per machine.
 	nd := len(f.drivers)
 	offers, limited := make([]bool, len(machines)*nd), make([]int, len(machines)*nd)
 	for k, m := range machines {
@@ -75,15 +102,8 @@ func NewFleet(machines []Machine, drivers []Driver) *Fleet {
 			continue
 		}
 		f.byID[m.ID] = -1
-		ms := machineState{m: m, free: m.Free(), offers: offers[k*nd : (k+1)*nd : (k+1)*nd], limited: limited[k*nd : (k+1)*nd : (k+1)*nd]}
-		ms.devices = ms.free.devices()
-		for i, d := range f.drivers {
-			ms.offers[i] = m.Offers(d)
-			ms.limited[i] = m.HeldWith(d)
-			if d.PerMachineLimit > 0 && slices.Contains(m.Withdrawn, d.Name) {
-				ms.limited[i] = d.PerMachineLimit
-			}
-		}
+		ms := machineState{offers: offers[k*nd : (k+1)*nd : (k+1)*nd], limited: limited[k*nd : (k+1)*nd : (k+1)*nd]}
+		f.setRecord(&ms, m)
 		f.machines = append(f.machines, ms)
 	}
 	slices.SortFunc(f.machines, func(a, b machineState) int { return cmp.Compare(a.m.ID, b.m.ID) })
@@ -97,6 +117,201 @@ func NewFleet(machines []Machine, drivers []Driver) *Fleet {
 		}
 	}
 	return f
+}
+
+// setRecord makes ms the state of machine m with nothing held this pass,
+// reusing ms's offers and limits when they fit.
+func (f *Fleet) setRecord(ms *machineState, m Machine) {
+	nd := len(f.drivers)
+	if len(ms.offers) != nd {
+		ms.offers, ms.limited = make([]bool, nd), make([]int, nd)
+	}
+	// The record outlives the call: what it holds is copied, as callers
+	// edit holdings as workloads come and go.
+	m.Holding = slices.Clone(m.Holding)
+	ms.m, ms.free, ms.held = m, m.Free(), false
+	ms.devices = ms.free.devices()
+	for i, d := range f.drivers {
+		ms.offers[i] = m.Offers(d)
+		ms.limited[i] = m.HeldWith(d)
+		if d.PerMachineLimit > 0 && slices.Contains(m.Withdrawn, d.Name) {
+			ms.limited[i] = d.PerMachineLimit
+		}
+	}
+}
+
+// Machines returns how many machines the fleet holds.
+func (f *Fleet) Machines() int { return len(f.byID) }
+
+// NewPass ends the pass under way: what its Places held is dropped, as
+// if they had never been made. A caller whose pass committed tells the
+// fleet, by Update, of the machines whose Holding changed.
+func (f *Fleet) NewPass() {
+	for _, i := range f.heldOn {
+		if ms := &f.machines[i]; ms.held && !ms.gone {
+			f.setRecord(ms, ms.m)
+		}
+	}
+	for _, w := range f.heldWork {
+		if on, ok := f.placed[w]; ok && !f.recordHolds(on, w) {
+			delete(f.placed, w)
+		}
+	}
+	f.heldOn, f.heldWork = f.heldOn[:0], f.heldWork[:0]
+	f.pass++
+	if f.gone > 64 && f.gone > len(f.byID) {
+		f.compact()
+	}
+}
+
+// recordHolds reports whether machine id's record lists workload w.
+func (f *Fleet) recordHolds(id, w string) bool {
+	i, ok := f.byID[id]
+	return ok && slices.ContainsFunc(f.machines[i].m.Holding, func(h Held) bool { return h.Workload == w })
+}
+
+// compact drops the slots of removed machines, at the start of a pass.
+func (f *Fleet) compact() {
+	ms := make([]Machine, 0, len(f.byID))
+	for i := range f.machines {
+		if !f.machines[i].gone {
+			ms = append(ms, f.machines[i].m)
+		}
+	}
+	*f = *NewFleet(ms, f.drivers)
+}
+
+// Update sets machine m's record, replacing what the fleet had of it (the
+// pass's holds on it included) or adding it.
+func (f *Fleet) Update(m Machine) {
+	i, ok := f.byID[m.ID]
+	if !ok {
+		f.machines = append(f.machines, machineState{})
+		i = len(f.machines) - 1
+		f.byID[m.ID] = i
+		ms := &f.machines[i]
+		f.setRecord(ms, m)
+		f.addToScope(i)
+		f.addPlaced(ms.m)
+		f.enlist(i)
+		return
+	}
+	ms := &f.machines[i]
+	f.unlist(i)
+	f.removePlaced(ms.m)
+	if old := (scope{ms.m.Owner, ms.m.Region}); old != (scope{m.Owner, m.Region}) {
+		f.removeFromScope(i)
+		ms.m.Owner, ms.m.Region = m.Owner, m.Region
+		f.addToScope(i)
+	}
+	f.setRecord(ms, m)
+	f.addPlaced(ms.m)
+	f.enlist(i)
+}
+
+// Remove drops machine id from the fleet, if it is there.
+func (f *Fleet) Remove(id string) {
+	i, ok := f.byID[id]
+	if !ok {
+		return
+	}
+	ms := &f.machines[i]
+	f.unlist(i)
+	f.removePlaced(ms.m)
+	f.removeFromScope(i)
+	delete(f.byID, id)
+	*ms = machineState{m: Machine{ID: id}, gone: true}
+	f.gone++
+}
+
+// SetOnline tells the fleet that machine id came online or went offline.
+func (f *Fleet) SetOnline(id string, online bool) {
+	i, ok := f.byID[id]
+	if !ok || f.machines[i].m.Online == online {
+		return
+	}
+	f.unlist(i)
+	f.machines[i].m.Online = online
+	f.enlist(i)
+}
+
+func (f *Fleet) addPlaced(m Machine) {
+	for _, h := range m.Holding {
+		f.placed[h.Workload] = m.ID
+	}
+}
+
+func (f *Fleet) removePlaced(m Machine) {
+	for _, h := range m.Holding {
+		if f.placed[h.Workload] == m.ID {
+			delete(f.placed, h.Workload)
+		}
+	}
+}
+
+// byIDOrder compares machine index i with ID id, for searches of lists
+// kept in ID order.
+func (f *Fleet) byIDOrder(i int, id string) int { return cmp.Compare(f.machines[i].m.ID, id) }
+
+func (f *Fleet) addToScope(i int) {
+	m := &f.machines[i].m
+	k := scope{m.Owner, m.Region}
+	l := f.byScope[k]
+	at, _ := slices.BinarySearchFunc(l, m.ID, f.byIDOrder)
+	f.byScope[k] = slices.Insert(l, at, i)
+}
+
+func (f *Fleet) removeFromScope(i int) {
+	m := &f.machines[i].m
+	k := scope{m.Owner, m.Region}
+	l := f.byScope[k]
+	if at, ok := slices.BinarySearchFunc(l, m.ID, f.byIDOrder); ok {
+		l = slices.Delete(l, at, at+1)
+	}
+	if len(l) == 0 {
+		delete(f.byScope, k)
+	} else {
+		f.byScope[k] = l
+	}
+}
+
+// unlist takes machine i out of every shortlist of its scope, as the
+// machine is now: it is on them, or counts toward the stage it fails at.
+func (f *Fleet) unlist(i int) {
+	ms := &f.machines[i]
+	k := scope{ms.m.Owner, ms.m.Region}
+	for _, sl := range ms.lists {
+		sl.remove(f, i)
+	}
+	ms.lists = ms.lists[:0]
+	for key, sl := range f.shortlists {
+		if (scope{key.tenant, key.region}) != k {
+			continue
+		}
+		// The reason nothing fits may change with it.
+		sl.known = false
+		if s, _ := f.static(ms, &sl.w, &sl.c, sl.cands); s != stageFits {
+			sl.fails[s]--
+		}
+	}
+}
+
+// enlist puts machine i on every shortlist of its scope that it passes,
+// and counts it toward the stage it fails at on the others.
+func (f *Fleet) enlist(i int) {
+	ms := &f.machines[i]
+	k := scope{ms.m.Owner, ms.m.Region}
+	for key, sl := range f.shortlists {
+		if (scope{key.tenant, key.region}) != k {
+			continue
+		}
+		s, permitted := f.static(ms, &sl.w, &sl.c, sl.cands)
+		if s != stageFits {
+			sl.fails[s]++
+			continue
+		}
+		sl.add(f, i, permitted)
+	}
 }
 
 // preferDriver orders drivers by preference: strongest isolation first, a
@@ -132,6 +347,7 @@ func (f *Fleet) Place(w Workload, c Class) (Decision, error) {
 		return f.placeSticky(&w, &c)
 	}
 	sl := f.shortlist(&w, &c)
+	sl.begin(f.pass)
 	if sl.noDriver {
 		return Decision{}, noFit("no driver runs %s", workPhrase(w.Kind, &c))
 	}
@@ -160,7 +376,7 @@ func (f *Fleet) Place(w Workload, c Class) (Decision, error) {
 		// The furthest stage any machine reaches; dynamic stages all come
 		// after static ones, and on a tie the first machine by ID names
 		// the driver.
-		sl.failStage, sl.failDriver = sl.stage, -1
+		sl.failStage, sl.failDriver = sl.stage(), -1
 		for k, i := range sl.machines {
 			if s, d := f.dynamic(&f.machines[i], &w, &c, sl.drivers[k]); s > sl.failStage {
 				sl.failStage, sl.failDriver = s, d
@@ -231,11 +447,18 @@ type shape struct {
 
 // shortlist holds, for one shape, the machines that pass the static rules.
 type shortlist struct {
+	// w and c are the shape's first workload and class, to check
+	// machines against as they change; cands the drivers that run them.
+	w        Workload
+	c        Class
+	cands    []int
 	noDriver bool // no driver in the table runs the shape
-	// stage is the furthest static stage a machine failed at.
-	stage    stage
+	// fails counts the machines of the scope that fail each static stage.
+	fails    [stageFits]int
 	machines []int   // in ID order
 	drivers  [][]int // per machine, its permitted drivers in preference order
+	// pass is the pass alive and known are of.
+	pass uint64
 	// alive lists the positions in machines that may still fit.
 	alive []int
 	// When known, failStage and failDriver are the reason nothing fits,
@@ -243,6 +466,48 @@ type shortlist struct {
 	known      bool
 	failStage  stage
 	failDriver int
+}
+
+// stage is the furthest static stage a machine of the scope failed at.
+func (sl *shortlist) stage() stage {
+	for s := stageFits - 1; s > stageHost; s-- {
+		if sl.fails[s] > 0 {
+			return s
+		}
+	}
+	return stageHost
+}
+
+// begin readies the list for pass: every machine on it may fit again.
+func (sl *shortlist) begin(pass uint64) {
+	if sl.pass == pass {
+		return
+	}
+	sl.pass, sl.known = pass, false
+	sl.alive = sl.alive[:0]
+	for k := range sl.machines {
+		sl.alive = append(sl.alive, k)
+	}
+}
+
+// add puts machine i, with its permitted drivers, on the list in ID
+// order; the list's pass state starts again.
+func (sl *shortlist) add(f *Fleet, i int, permitted []int) {
+	at, _ := slices.BinarySearchFunc(sl.machines, f.machines[i].m.ID, f.byIDOrder)
+	sl.machines = slices.Insert(sl.machines, at, i)
+	sl.drivers = slices.Insert(sl.drivers, at, permitted)
+	f.machines[i].lists = append(f.machines[i].lists, sl)
+	sl.pass = 0
+}
+
+// remove takes machine i off the list (not off its lists: the caller
+// does); the list's pass state starts again.
+func (sl *shortlist) remove(f *Fleet, i int) {
+	if at, ok := slices.BinarySearchFunc(sl.machines, f.machines[i].m.ID, f.byIDOrder); ok {
+		sl.machines = slices.Delete(sl.machines, at, at+1)
+		sl.drivers = slices.Delete(sl.drivers, at, at+1)
+	}
+	sl.pass = 0
 }
 
 // shortlist returns the machines that pass the static rules for w and c:
@@ -269,19 +534,25 @@ func (f *Fleet) shortlist(w *Workload, c *Class) *shortlist {
 	if sl, ok := f.shortlists[k]; ok {
 		return sl
 	}
-	sl := &shortlist{stage: stageHost}
-	cands := f.candidates(w, c)
-	if len(cands) == 0 {
+	if len(f.shortlists) >= maxShortlists {
+		for i := range f.machines {
+			f.machines[i].lists = nil
+		}
+		clear(f.shortlists)
+	}
+	sl := &shortlist{w: *w, c: *c}
+	sl.w.ID, sl.w.Image, sl.w.Ports, sl.w.Needs = "", "", nil, slices.Clone(w.Needs)
+	sl.cands = f.candidates(w, c)
+	if len(sl.cands) == 0 {
 		sl.noDriver = true
 	}
 	for _, i := range f.byScope[scope{w.Tenant, w.Region}] {
 		ms := &f.machines[i]
-		s, permitted := f.static(ms, w, c, cands)
+		s, permitted := f.static(ms, w, c, sl.cands)
 		if s != stageFits {
-			sl.stage = max(sl.stage, s)
+			sl.fails[s]++
 			continue
 		}
-		sl.alive = append(sl.alive, len(sl.machines))
 		sl.machines = append(sl.machines, i)
 		sl.drivers = append(sl.drivers, permitted)
 		ms.lists = append(ms.lists, sl)
@@ -422,6 +693,11 @@ func (f *Fleet) hold(i int, w *Workload, c *Class, dec Decision) {
 	}
 	if w.ID != "" {
 		f.placed[w.ID] = dec.Machine
+		f.heldWork = append(f.heldWork, w.ID)
+	}
+	if !ms.held {
+		ms.held = true
+		f.heldOn = append(f.heldOn, i)
 	}
 	for _, sl := range ms.lists {
 		sl.known = false
