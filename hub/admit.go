@@ -164,7 +164,7 @@ func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (la
 			settling = true
 			return nil
 		}
-		fleet := placement.NewFleet(capacity.Machines, c.cfg.Drivers)
+		fleet := capacity.Fleet
 		for _, w := range waiting {
 			if err := c.admitOne(tx, fleet, classes, &w, &wakes, &decided); err != nil {
 				return fmt.Errorf("admit %s: %w", w.ID, err)

@@ -63,9 +63,10 @@ type Ref struct {
 
 // Capacity is a backend's offer to placement.
 type Capacity struct {
-	// Machines are the machines placement may choose among, with what
-	// placed workloads already hold on each.
-	Machines []placement.Machine
+	// Fleet holds the machines placement may choose among, with what
+	// placed workloads already hold on each, ready for a pass: what
+	// earlier passes held but did not commit is dropped.
+	Fleet *placement.Fleet
 	// Settling is set right after a restart, until the runtime has heard
 	// from what it expects: nothing is admitted meanwhile.
 	Settling bool
@@ -225,7 +226,7 @@ func (b *agentBackend) Capacity(tx store.Tx, classes map[string]store.Class) (Ca
 	if err := b.view.update(tx); err != nil {
 		return Capacity{}, err
 	}
-	return Capacity{Machines: b.view.offer(b.presence, classes)}, nil
+	return Capacity{Fleet: b.view.offer(b.presence, classes)}, nil
 }
 
 // settle reports whether the hub may admit. Right after it starts, it has

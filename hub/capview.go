@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"einsora.dev/edge/hub/placement"
 	"einsora.dev/edge/hub/store"
@@ -45,14 +46,22 @@ type capView struct {
 	pending     map[string]bool
 	pendingLost bool
 	// machines are the region's machines by ID; nil before the first
-	// full read.
+	// full read. listed holds what presence reads of each, in one block,
+	// for judging every machine's presence in each batch without walking
+	// a map or touching every record; nil when a machine came or went
+	// since.
 	machines map[string]*viewMachine
-	// sorted are the machines in ID order, as placement takes them
-	// (sorting a fleet's worth of machines per batch costs); nil when a
-	// machine came or went since.
-	sorted []*viewMachine
-	// classes are the classes the machines' placement forms were made
-	// with; an edited class makes them again.
+	listed   []listedMachine
+	// fleet is placement's form of the machines, kept across admit
+	// batches and told what changed (placement.Fleet.Update), so a batch
+	// costs what changed, not the region; nil when the view was read
+	// whole since (it is built again). refreshed are the machines read
+	// again, or dropped, since the fleet was last told.
+	fleet     *placement.Fleet
+	refreshed map[string]bool
+	drivers   []placement.Driver
+	// classes are the classes the fleet's machines were made with; an
+	// edited class builds it again.
 	classes map[string]store.Class
 	// diffs counts the machines a full check found the view wrong about.
 	diffs atomic.Int64
@@ -64,10 +73,17 @@ type viewMachine struct {
 	// holding are the workloads that hold capacity on it (provisioning,
 	// running, stopping), oldest first.
 	holding []store.Workload
-	// pm is its placement form, but for Online, made once (when made is
-	// set); offered is false for a machine placement never sees.
-	pm            placement.Machine
-	made, offered bool
+	// online is what the fleet was last told of its presence; slot is
+	// its place in the view's listed.
+	online bool
+	slot   int
+}
+
+// listedMachine is what presence reads of a machine of the view.
+type listedMachine struct {
+	id       string
+	lastSync time.Time
+	vm       *viewMachine
 }
 
 // maxChanged bounds the machines a view lists as changed before it gives
@@ -78,8 +94,8 @@ const maxChanged = 100_000
 // capacity on its machine.
 var holdingStates = []store.State{store.StateProvisioning, store.StateRunning, store.StateStopping}
 
-func newCapView(region string) *capView {
-	return &capView{region: region, changed: make(map[string]bool), lost: true}
+func newCapView(region string, drivers []placement.Driver) *capView {
+	return &capView{region: region, drivers: drivers, changed: make(map[string]bool), refreshed: make(map[string]bool), lost: true}
 }
 
 // touch marks machines as changed: the next use re-reads them. Call it
@@ -140,7 +156,7 @@ func (v *capView) update(tx store.Tx) error {
 		if err != nil {
 			return err
 		}
-		v.machines, v.sorted, v.pendingLost = ms, nil, false
+		v.machines, v.listed, v.fleet, v.pendingLost = ms, nil, nil, false
 		clear(v.pending)
 		return nil
 	}
@@ -189,20 +205,25 @@ func (v *capView) reread(tx store.Tx, id string) error {
 	if err != nil {
 		return fmt.Errorf("read the workloads of machine %s: %w", id, err)
 	}
+	v.refreshed[id] = true
 	if vm := v.machines[id]; vm != nil {
-		// In place: sorted keeps pointing at it.
-		*vm = viewMachine{m: m, holding: ws}
+		// In place: listed keeps pointing at it.
+		*vm = viewMachine{m: m, holding: ws, online: vm.online, slot: vm.slot}
+		if v.listed != nil {
+			v.listed[vm.slot].lastSync = m.LastSync
+		}
 		return nil
 	}
 	v.machines[id] = &viewMachine{m: m, holding: ws}
-	v.sorted = nil
+	v.listed = nil
 	return nil
 }
 
 func (v *capView) drop(id string) {
 	if _, ok := v.machines[id]; ok {
 		delete(v.machines, id)
-		v.sorted = nil
+		v.listed = nil
+		v.refreshed[id] = true
 	}
 }
 
@@ -231,33 +252,67 @@ func (v *capView) readAll(tx store.Tx) (map[string]*viewMachine, error) {
 	return out, nil
 }
 
-// offer is placement's view of the machines: those with a validated
-// inventory and not revoked, online as presence judges them now.
-// Each machine's placement form is made once per change of it, in ID
-// order, so a batch only copies them.
-func (v *capView) offer(p presence, classes map[string]store.Class) []placement.Machine {
+// offer is placement's view of the machines, for one admit batch: those
+// with a validated inventory and not revoked, online as presence judges
+// them now, with nothing held by earlier batches but what the store says.
+// The fleet is kept from batch to batch and told only of the machines
+// read again since and of those whose presence changed; it is built
+// whole after a full read or an edited class.
+func (v *capView) offer(p presence, classes map[string]store.Class) *placement.Fleet {
 	if !maps.Equal(v.classes, classes) {
 		v.classes = maps.Clone(classes)
+		v.fleet = nil
+	}
+	if v.fleet == nil {
+		pms := make([]placement.Machine, 0, len(v.machines))
 		for _, vm := range v.machines {
-			vm.made = false
-		}
-	}
-	if v.sorted == nil {
-		v.sorted = slices.SortedFunc(maps.Values(v.machines), func(a, b *viewMachine) int { return cmp.Compare(a.m.ID, b.m.ID) })
-	}
-	pms := make([]placement.Machine, 0, len(v.sorted))
-	for _, vm := range v.sorted {
-		if !vm.made {
-			vm.pm, vm.offered = placementMachine(vm, classes)
-			vm.made = true
-		}
-		if vm.offered {
-			pm := vm.pm
+			pm, ok := placementMachine(vm, classes)
+			if !ok {
+				continue
+			}
 			pm.Online = p.online(vm.m)
+			vm.online = pm.Online
 			pms = append(pms, pm)
 		}
+		v.fleet = placement.NewFleet(pms, v.drivers)
+		clear(v.refreshed)
+		return v.fleet
 	}
-	return pms
+	// What earlier batches held is in the store now, or was never
+	// committed; the machines it was committed on were read again.
+	v.fleet.NewPass()
+	for id := range v.refreshed {
+		vm := v.machines[id]
+		if vm == nil {
+			v.fleet.Remove(id)
+			continue
+		}
+		pm, ok := placementMachine(vm, classes)
+		if !ok {
+			v.fleet.Remove(id)
+			continue
+		}
+		pm.Online = p.online(vm.m)
+		vm.online = pm.Online
+		v.fleet.Update(pm)
+	}
+	clear(v.refreshed)
+	if v.listed == nil {
+		v.listed = make([]listedMachine, 0, len(v.machines))
+		for id, vm := range v.machines {
+			vm.slot = len(v.listed)
+			v.listed = append(v.listed, listedMachine{id: id, lastSync: vm.m.LastSync, vm: vm})
+		}
+	}
+	now := p.clk.Now()
+	for i := range v.listed {
+		l := &v.listed[i]
+		if on := p.onlineAt(l.id, l.lastSync, now); on != l.vm.online {
+			l.vm.online = on
+			v.fleet.SetOnline(l.id, on)
+		}
+	}
+	return v.fleet
 }
 
 // placementMachine is vm as placement sees it, but for Online; ok is
@@ -314,7 +369,7 @@ func (v *capView) check(tx store.Tx, classes map[string]store.Class) ([]viewDiff
 	v.mu.Lock()
 	diffs = slices.DeleteFunc(diffs, func(d viewDiff) bool { return v.changed[d.Machine] })
 	v.mu.Unlock()
-	v.machines, v.sorted = full, nil
+	v.machines, v.listed, v.fleet = full, nil, nil
 	v.diffs.Add(int64(len(diffs)))
 	return diffs, nil
 }

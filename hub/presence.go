@@ -40,8 +40,12 @@ func (p presence) blind() bool {
 }
 
 // online reports whether m is online now.
-func (p presence) online(m store.Machine) bool {
-	return !m.LastSync.IsZero() && p.clk.Now().Sub(m.LastSync) < p.offlineAfter || p.connected(m.ID)
+func (p presence) online(m store.Machine) bool { return p.onlineAt(m.ID, m.LastSync, p.clk.Now()) }
+
+// onlineAt is online for a machine known by its ID and last sync, at now:
+// for judging a whole region at one instant.
+func (p presence) onlineAt(id string, lastSync, now time.Time) bool {
+	return !lastSync.IsZero() && now.Sub(lastSync) < p.offlineAfter || p.connected(id)
 }
 
 // offlineFor is how long this hub has missed m: zero while a poll of it

@@ -57,6 +57,31 @@ func TestRule8_SilentFor45sNotOfferedForPlacement(t *testing.T) {
 	}
 }
 
+// Rule 8, with the placement fleet kept across batches (issue 13): a
+// machine that goes silent after the fleet was built, with no full read
+// of the view since and no change of its own (m-2, which no placement
+// touches), is not offered either: each batch judges every machine's
+// presence again.
+func TestRule8_SilentSinceTheFleetWasBuiltNotOfferedForPlacement(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	h.machine("m-2")
+	h.pass() // the view is read whole and checked
+	h.clk.Advance(31 * time.Second)
+	h.pass() // checked again (every 15 s): the next batch builds the fleet
+	h.clk.Advance(time.Second)
+	first := h.create("first", protocol.KindContainer)
+	h.pass() // 32 s silent: online, placed by a fleet built now
+	wantState(t, h, first.ID, store.StateProvisioning)
+	h.clk.Advance(13 * time.Second)
+	second := h.create("second", protocol.KindContainer)
+	h.pass() // 45 s silent, 14 s after the last check: the kept fleet decides
+	got := wantState(t, h, second.ID, store.StateQueued)
+	if !strings.Contains(got.Reason, "online") {
+		t.Errorf("reason %q does not say why", got.Reason)
+	}
+}
+
 // Rule 8: after 10 minutes offline, running workloads fail and stopping
 // ones are stopped; not a moment before.
 func TestRule8_OfflineFor10MinutesFailsRunningStopsStopping(t *testing.T) {
