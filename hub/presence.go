@@ -51,10 +51,15 @@ func (p presence) onlineAt(id string, lastSync, now time.Time) bool {
 // offlineFor is how long this hub has missed m: zero while a poll of it
 // waits, and never counting from before this hub started.
 func (p presence) offlineFor(m store.Machine) time.Duration {
-	if p.connected(m.ID) {
+	return p.silentFor(store.LastSync{Machine: m.ID, At: m.LastSync})
+}
+
+// silentFor is offlineFor for a machine known by its last sync alone.
+func (p presence) silentFor(l store.LastSync) time.Duration {
+	if p.connected(l.Machine) {
 		return 0
 	}
-	last := m.LastSync
+	last := l.At
 	if last.Before(p.started) {
 		last = p.started
 	}
@@ -62,11 +67,11 @@ func (p presence) offlineFor(m store.Machine) time.Duration {
 }
 
 // heard reports whether this hub heard from m within offlineAfter.
-func (p presence) heard(m store.Machine) bool { return p.offlineFor(m) < p.offlineAfter }
+func (p presence) heard(l store.LastSync) bool { return p.silentFor(l) < p.offlineAfter }
 
 // gone reports whether m has been missed long enough for its running
 // workloads to fail.
-func (p presence) gone(m store.Machine) bool { return p.offlineFor(m) >= p.failAfter }
+func (p presence) gone(l store.LastSync) bool { return p.silentFor(l) >= p.failAfter }
 
 // returning reports whether a report from m arriving at now ends a
 // silence: m was silent for offlineAfter, or not heard since this hub

@@ -17,6 +17,7 @@ func TestPresenceEdges(t *testing.T) {
 	p := presence{clk: clk, offlineAfter: DefaultOfflineAfter, failAfter: DefaultOfflineFailAfter, started: started,
 		connected: func(id string) bool { return polling[id] }}
 	at := func(ago time.Duration) store.Machine { return store.Machine{ID: "m", LastSync: epoch.Add(-ago)} }
+	last := func(m store.Machine) store.LastSync { return store.LastSync{Machine: m.ID, At: m.LastSync} }
 	tests := []struct {
 		name string
 		got  bool
@@ -26,13 +27,13 @@ func TestPresenceEdges(t *testing.T) {
 		{"synced 45s ago is offline", p.online(at(45 * time.Second)), false},
 		{"never synced is offline", p.online(store.Machine{ID: "m"}), false},
 		{"a waiting poll is online", p.online(store.Machine{ID: "m-poll"}), true},
-		{"heard 44s ago", p.heard(at(44 * time.Second)), true},
-		{"not heard 45s ago", p.heard(at(45 * time.Second)), false},
-		{"gone after 10 min", p.gone(at(10 * time.Minute)), true},
-		{"not gone before 10 min", p.gone(at(10*time.Minute - time.Second)), false},
-		{"a waiting poll is never gone", p.gone(store.Machine{ID: "m-poll", LastSync: epoch.Add(-24 * time.Hour)}), false},
+		{"heard 44s ago", p.heard(last(at(44 * time.Second))), true},
+		{"not heard 45s ago", p.heard(last(at(45 * time.Second))), false},
+		{"gone after 10 min", p.gone(last(at(10 * time.Minute))), true},
+		{"not gone before 10 min", p.gone(last(at(10*time.Minute - time.Second))), false},
+		{"a waiting poll is never gone", p.gone(store.LastSync{Machine: "m-poll", At: epoch.Add(-24 * time.Hour)}), false},
 		// Silent since before the hub started: only the hub's hour counts.
-		{"hub's downtime not counted", p.gone(at(2 * time.Hour)), true},
+		{"hub's downtime not counted", p.gone(last(at(2 * time.Hour))), true},
 		{"returning after 45s", p.returning(at(45*time.Second), epoch), true},
 		{"not returning after 44s", p.returning(at(44*time.Second), epoch), false},
 		{"first report since this hub started", p.returning(at(2*time.Hour), epoch), true},
@@ -46,7 +47,7 @@ func TestPresenceEdges(t *testing.T) {
 		}
 	}
 	p.started = epoch.Add(-9 * time.Minute)
-	if p.gone(at(time.Hour)) {
+	if p.gone(last(at(time.Hour))) {
 		t.Error("a machine silent since before a hub started 9 min ago is gone: the hub's downtime counted")
 	}
 	if p.justStarted() {

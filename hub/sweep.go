@@ -21,19 +21,21 @@ func (c *Controller) sweep(ctx context.Context) error {
 		if err := c.fence(tx); err != nil {
 			return err
 		}
-		ms, err := tx.Machines()
+		// Only last syncs: the sweep runs every ControllerInterval, and
+		// decoding every machine's record made it cost the region each time.
+		ls, err := tx.LastSyncs(c.cfg.Region)
 		if err != nil {
 			return err
 		}
-		var gone []store.Machine
+		var gone []store.LastSync
 		heard := false
-		for _, m := range ms {
-			if m.Region != c.cfg.Region || m.LastSync.IsZero() {
+		for _, l := range ls {
+			if l.At.IsZero() {
 				continue
 			}
-			heard = heard || c.presence.heard(m)
-			if c.presence.gone(m) {
-				gone = append(gone, m)
+			heard = heard || c.presence.heard(l)
+			if c.presence.gone(l) {
+				gone = append(gone, l)
 			}
 		}
 		switch {
@@ -48,12 +50,12 @@ func (c *Controller) sweep(ctx context.Context) error {
 		default:
 			c.silent, c.blind = false, false
 		}
-		for _, m := range gone {
-			if err := c.failOffline(tx, m, &wakes); err != nil {
+		for _, l := range gone {
+			if err := c.failOffline(tx, l.Machine, &wakes); err != nil {
 				return err
 			}
 			// Stopping ones stopped without a new mode: no wake says so.
-			touched = append(touched, m.ID)
+			touched = append(touched, l.Machine)
 		}
 		return c.failStuck(tx, &wakes)
 	})
@@ -92,8 +94,8 @@ func (c *Controller) logSilence(machines int) {
 		"machines", machines)
 }
 
-func (c *Controller) failOffline(tx store.Tx, m store.Machine, wakes *changes) error {
-	ws, err := tx.Workloads(store.WorkloadFilter{Machine: m.ID, States: []store.State{store.StateRunning, store.StateStopping}})
+func (c *Controller) failOffline(tx store.Tx, machineID string, wakes *changes) error {
+	ws, err := tx.Workloads(store.WorkloadFilter{Machine: machineID, States: []store.State{store.StateRunning, store.StateStopping}})
 	if err != nil {
 		return err
 	}

@@ -48,6 +48,10 @@ type Tx interface {
 	PutMachine(m Machine) error
 	Machine(id string) (Machine, error)
 	Machines() ([]Machine, error)
+	// LastSyncs returns the ID and last sync of every machine of region,
+	// in ID order: what the sweep reads of a whole region every few
+	// seconds, without decoding every record.
+	LastSyncs(region string) ([]LastSync, error)
 	// MachinesAfter returns at most limit machines whose IDs sort after
 	// after ("" for the first), in ID order: one page of the fleet.
 	MachinesAfter(after string, limit int) ([]Machine, error)
@@ -180,6 +184,12 @@ type Class struct {
 	Devices     int
 	CPUs        int
 	MemoryMB    int
+}
+
+// LastSync is a machine's ID with when it last synced.
+type LastSync struct {
+	Machine string
+	At      time.Time
 }
 
 // Machine is a registered machine. Owner and Region come from its

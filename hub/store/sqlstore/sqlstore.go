@@ -366,6 +366,25 @@ func (t *tx) Machines() ([]store.Machine, error) {
 	return t.machines(t.query(`SELECT ` + machineCols + ` FROM machines ORDER BY id` + t.s.d.Collate))
 }
 
+func (t *tx) LastSyncs(region string) ([]store.LastSync, error) {
+	rows, err := t.query(`SELECT id, last_sync FROM machines WHERE region = ? ORDER BY id`+t.s.d.Collate, region)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.LastSync
+	for rows.Next() {
+		var l store.LastSync
+		var at int64
+		if err := rows.Scan(&l.Machine, &at); err != nil {
+			return nil, t.seen(err)
+		}
+		l.At = fromTS(at)
+		out = append(out, l)
+	}
+	return out, t.seen(rows.Err())
+}
+
 func (t *tx) MachinesAfter(after string, limit int) ([]store.Machine, error) {
 	if limit <= 0 {
 		return nil, nil

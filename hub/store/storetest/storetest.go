@@ -159,6 +159,17 @@ func testMachines(t *testing.T, s store.Store) {
 		}
 		return nil
 	})
+	other := store.Machine{ID: "m-0", Name: "elsewhere", Owner: "acme", Region: "us", LastSync: at.Add(time.Hour), Registered: at}
+	silent := store.Machine{ID: "m-2", Name: "never synced", Owner: "acme", Region: "eu", Registered: at}
+	update(t, s, func(tx store.Tx) error { return errors.Join(tx.PutMachine(other), tx.PutMachine(silent)) })
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.LastSyncs("eu")
+		want := []store.LastSync{{Machine: "m-1", At: at}, {Machine: "m-2"}}
+		if err != nil || len(got) != len(want) || got[0].Machine != want[0].Machine || !got[0].At.Equal(at) || got[1] != want[1] {
+			t.Errorf("last syncs of eu: got %+v, %v; want %+v", got, err, want)
+		}
+		return nil
+	})
 	later := at.Add(time.Minute)
 	update(t, s, func(tx store.Tx) error { return tx.TouchMachines([]string{"m-1", "m-none"}, later) })
 	update(t, s, func(tx store.Tx) error { return tx.TouchMachines([]string{"m-1"}, at) }) // never back
