@@ -83,7 +83,8 @@ func limitFlags(f *pflag.FlagSet, l *serve.Limits) {
 	f.IntVar(&l.BodyRate, "body-rate", 0, fmt.Sprintf("bytes a second an unauthenticated body must arrive at beyond --body-timeout-min (default %d)", serve.DefaultBodyRate))
 	f.DurationVar(&l.BodyTimeoutMax, "body-timeout-max", 0, fmt.Sprintf("most time an unauthenticated body may take to arrive (default %s)", serve.DefaultBodyTimeoutMax))
 	// Connections no certificate vouches for yet: every caller's, until its handshake ends.
-	f.IntVar(&l.MaxHandshakes, "max-handshakes", 0, "TLS handshakes the hub computes at once (default 64 per CPU)")
+	f.IntVar(&l.MaxHandshakes, "max-handshakes", 0, "TLS handshakes the hub computes at once; the others wait their turn (default 64 per CPU)")
+	f.DurationVar(&l.HandshakeQueueWait, "handshake-queue-wait", 0, fmt.Sprintf("longest a handshake waits for its turn before it is refused (default %s)", serve.DefaultHandshakeQueueWait))
 	f.DurationVar(&l.HandshakeTimeout, "handshake-timeout", 0, fmt.Sprintf("time a peer has to finish its TLS handshake (default %s)", serve.DefaultHandshakeTimeout))
 	f.IntVar(&l.MaxUntrusted, "max-untrusted", 0, fmt.Sprintf("connections open without a verified client certificate, in all (default %d)", serve.DefaultMaxUntrusted))
 	f.IntVar(&l.MaxUntrustedPerSource, "max-untrusted-per-source", 0, fmt.Sprintf("the same per source address or IPv6 /64 (default %d)", serve.DefaultMaxUntrustedPerSource))

@@ -33,17 +33,24 @@ type Limits struct {
 	EnrollRate  float64
 	EnrollBurst int
 	// MaxHandshakes is how many TLS handshakes may be in flight at once;
-	// past it a new connection is refused at its ClientHello, before any
-	// costly cryptography, and the agent backs off with jitter.
-	MaxHandshakes int
+	// past it a ClientHello waits for a slot, first come first served,
+	// before any costly cryptography, for up to HandshakeQueueWait; only
+	// then is it refused, and the agent backs off with jitter. So a fleet
+	// that connects at once is taken at the rate the hub's CPUs allow
+	// instead of being refused and sent away to come back (issue 13).
+	MaxHandshakes      int
+	HandshakeQueueWait time.Duration
 	// HandshakeTimeout is how long a peer has from its connection's
-	// accept to the end of its TLS handshake; then the connection closes
-	// and its slots are free.
+	// accept to its ClientHello, and from its handshake slot to the end of
+	// its TLS handshake; then the connection closes and its slots are
+	// free.
 	HandshakeTimeout time.Duration
 	// MaxUntrusted is how many connections may be open that no client
 	// certificate vouches for yet (handshaking, or anonymous after it), in
-	// all; past it a new connection is closed at accept. It also bounds
-	// the table of sources.
+	// all; past it the hub accepts no more until one is vouched for or
+	// closed (those waiting stay in the kernel's accept queue), for up to
+	// HandshakeTimeout a connection, then closes it. It also bounds the
+	// table of sources.
 	MaxUntrusted int
 	// MaxUntrustedPerSource is the same, per source: an IPv4 address, or
 	// an IPv6 /64, which one party usually holds whole.
@@ -94,11 +101,14 @@ type Limits struct {
 
 // Defaults. The ones that scale with the CPUs are in withDefaults.
 const (
-	DefaultRate                  = 5
-	DefaultBurst                 = 20
-	DefaultEnrollRate            = 1
-	DefaultEnrollBurst           = 10
-	DefaultHandshakeTimeout      = 2 * time.Second
+	DefaultRate             = 5
+	DefaultBurst            = 20
+	DefaultEnrollRate       = 1
+	DefaultEnrollBurst      = 10
+	DefaultHandshakeTimeout = 2 * time.Second
+	// Under the agent's own TLS handshake timeout (15 s), so a handshake
+	// refused for waiting too long is one the agent still hears of.
+	DefaultHandshakeQueueWait    = 10 * time.Second
 	DefaultMaxUntrusted          = 4096
 	DefaultMaxUntrustedPerSource = 64
 	DefaultBodyTimeoutMin        = 3 * time.Second
@@ -137,6 +147,7 @@ func (l Limits) withDefaults(cpus int) Limits {
 	orDefault(&l.EnrollBurst, DefaultEnrollBurst)
 	orDefault(&l.MaxHandshakes, 64*cpus)
 	orDefault(&l.HandshakeTimeout, DefaultHandshakeTimeout)
+	orDefault(&l.HandshakeQueueWait, DefaultHandshakeQueueWait)
 	orDefault(&l.MaxUntrusted, DefaultMaxUntrusted)
 	orDefault(&l.MaxUntrustedPerSource, DefaultMaxUntrustedPerSource)
 	orDefault(&l.MaxActive, 256*cpus)
@@ -203,29 +214,63 @@ func sourceKey(addr string) string {
 type sources struct {
 	perSource, total int
 
-	// mu guards the following fields.
-	mu sync.Mutex
-	m  map[string]int
-	n  int
+	// mu guards the following fields. freed is closed at the next
+	// release, for acquireWithin; nil while nothing waits.
+	mu    sync.Mutex
+	m     map[string]int
+	n     int
+	freed chan struct{}
 }
 
 func newSources(perSource, total int) *sources {
 	return &sources{perSource: perSource, total: total, m: make(map[string]int)}
 }
 
-// acquire takes one for key, unless key or all sources hold their bound.
-func (s *sources) acquire(key string) bool {
+// acquire takes one for key, unless key or all sources hold their bound;
+// full says it was all of them.
+func (s *sources) acquire(key string) (ok, full bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.n >= s.total || s.m[key] >= s.perSource {
-		return false
+	if s.m[key] >= s.perSource {
+		return false, false
+	}
+	if s.n >= s.total {
+		return false, true
 	}
 	s.m[key]++
 	s.n++
-	return true
+	return true, false
 }
 
-// release gives one of key's back.
+// acquireWithin is acquire, waiting up to wait while all sources hold
+// their bound, for one to release.
+func (s *sources) acquireWithin(key string, wait time.Duration) bool {
+	ok, full := s.acquire(key)
+	if ok || !full {
+		return ok
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		if s.freed == nil {
+			s.freed = make(chan struct{})
+		}
+		freed := s.freed
+		s.mu.Unlock()
+		if ok, full = s.acquire(key); ok || !full {
+			return ok
+		}
+		select {
+		case <-freed:
+		case <-t.C:
+			ok, _ = s.acquire(key)
+			return ok
+		}
+	}
+}
+
+// release gives one of key's back, and wakes what waits for one.
 func (s *sources) release(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -235,6 +280,10 @@ func (s *sources) release(key string) {
 		s.m[key]--
 	}
 	s.n--
+	if s.freed != nil {
+		close(s.freed)
+		s.freed = nil
+	}
 }
 
 func (s *sources) len() (entries, held int) {
@@ -333,13 +382,18 @@ func retryAfterHeader(w http.ResponseWriter, d time.Duration) {
 // byte of TLS: nothing can be said to a peer that has not spoken TLS yet.
 type countingListener struct {
 	net.Listener
-	handshakes *atomic.Int64
-	untrusted  *sources
-	timeout    time.Duration
-	anonLife   time.Duration
-	refused    *atomic.Int64
+	slots     *handshakeSlots
+	untrusted *sources
+	timeout   time.Duration
+	anonLife  time.Duration
+	refused   *atomic.Int64
 }
 
+// Accept accepts the next connection its source may hold. While every
+// untrusted connection the hub allows is open, it waits (the peers behind
+// stay in the kernel's accept queue) rather than close connections that
+// would come back: those open end within HandshakeTimeout, or are vouched
+// for sooner.
 func (l *countingListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
@@ -347,24 +401,61 @@ func (l *countingListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		key := sourceKey(c.RemoteAddr().String())
-		if !l.untrusted.acquire(key) {
+		if !l.untrusted.acquireWithin(key, l.timeout) {
 			l.refused.Add(1)
 			c.Close()
 			continue
 		}
-		cc := &countedConn{Conn: c, handshakes: l.handshakes, sources: l.untrusted, key: key,
-			handshakeBy: time.Now().Add(l.timeout), anonLife: l.anonLife}
+		cc := &countedConn{Conn: c, slots: l.slots, sources: l.untrusted, key: key, timeout: l.timeout, anonLife: l.anonLife}
+		by := time.Now().Add(l.timeout)
+		cc.handshakeBy.Store(by.UnixNano())
 		cc.holdsSource.Store(true)
-		c.SetDeadline(cc.handshakeBy)
+		c.SetDeadline(by)
 		return cc, nil
 	}
 }
 
+// handshakeSlots bounds the TLS handshakes in flight. A ClientHello past
+// the bound waits for a slot, first come first served (a channel's
+// senders queue in order), up to a bound.
+type handshakeSlots struct {
+	sem      chan struct{}
+	inFlight atomic.Int64
+}
+
+func newHandshakeSlots(n int) *handshakeSlots {
+	return &handshakeSlots{sem: make(chan struct{}, max(n, 1))}
+}
+
+// take takes a slot, waiting up to wait for one.
+func (h *handshakeSlots) take(wait time.Duration) bool {
+	select {
+	case h.sem <- struct{}{}:
+		h.inFlight.Add(1)
+		return true
+	default:
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case h.sem <- struct{}{}:
+		h.inFlight.Add(1)
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+func (h *handshakeSlots) give() {
+	h.inFlight.Add(-1)
+	<-h.sem
+}
+
 type countedConn struct {
 	net.Conn
-	handshakes *atomic.Int64
-	inFlight   atomic.Bool
-	spoke      atomic.Bool
+	slots    *handshakeSlots
+	inFlight atomic.Bool
+	spoke    atomic.Bool
 	// spokeOnce is set once the hub sent its handshake flight, and heard
 	// when the peer answered it: a handshake that fails after that (a
 	// certificate from another CA, expired) is refused with an alert.
@@ -376,10 +467,12 @@ type countedConn struct {
 	sources     *sources
 	key         string
 	holdsSource atomic.Bool
-	// handshakeBy is when an unfinished handshake is cut: every deadline
-	// set before the handshake ends is held to it (the HTTP server sets
-	// its own, longer one). handshook is set when it ended.
-	handshakeBy time.Time
+	// handshakeBy (Unix nanoseconds) is when an unfinished handshake is
+	// cut: every deadline set before the handshake ends is held to it
+	// (the HTTP server sets its own, longer one); it moves to timeout
+	// after the handshake slot is taken. handshook is set when it ended.
+	handshakeBy atomic.Int64
+	timeout     time.Duration
 	handshook   atomic.Bool
 	anonLife    time.Duration
 	// served is set when an anonymous request came over the conn, and
@@ -405,13 +498,16 @@ func (c *countedConn) idle() {
 	c.Conn.SetReadDeadline(by)
 }
 
-// begin takes a handshake slot unless max are taken.
-func (c *countedConn) begin(limit int) bool {
-	if c.handshakes.Add(1) > int64(limit) {
-		c.handshakes.Add(-1)
+// begin takes a handshake slot, waiting up to wait for one; the
+// handshake then has the connection's timeout to end.
+func (c *countedConn) begin(wait time.Duration) bool {
+	if !c.slots.take(wait) {
 		return false
 	}
 	c.inFlight.Store(true)
+	by := time.Now().Add(c.timeout)
+	c.handshakeBy.Store(by.UnixNano())
+	c.Conn.SetDeadline(by)
 	return true
 }
 
@@ -443,7 +539,7 @@ func (c *countedConn) Read(b []byte) (int, error) {
 // end gives the slot back, once.
 func (c *countedConn) end() {
 	if c.inFlight.CompareAndSwap(true, false) {
-		c.handshakes.Add(-1)
+		c.slots.give()
 		c.spoke.Store(false)
 	}
 }
@@ -468,7 +564,7 @@ func (c *countedConn) releaseSource() {
 }
 
 func (c *countedConn) clamp(t time.Time) time.Time {
-	by := c.handshakeBy
+	by := time.Unix(0, c.handshakeBy.Load())
 	if c.handshook.Load() {
 		n := c.idleBy.Load()
 		if n == 0 {

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -116,10 +117,56 @@ func TestShedsLoadWith503(t *testing.T) {
 	}
 }
 
-// Past MaxHandshakes a new connection is refused at its ClientHello; once
-// a slot frees, connections are accepted again.
-func TestRefusesHandshakesPastTheLimit(t *testing.T) {
-	s := testServer(t, Limits{MaxHandshakes: 1})
+// Past MaxHandshakes a ClientHello waits for a slot (issue 13: a fleet
+// that connects at once is queued, not refused): it is served once a slot
+// frees within HandshakeQueueWait, and refused only when none does.
+func TestQueuesHandshakesPastTheLimit(t *testing.T) {
+	s := testServer(t, Limits{MaxHandshakes: 1, HandshakeQueueWait: 500 * time.Millisecond})
+	ln, err := Listen(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { s.Serve(ln); close(done) }()
+	t.Cleanup(func() { s.Close(); <-done })
+	cfg := &tls.Config{RootCAs: s.ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
+	dial := func() (time.Duration, error) {
+		start := time.Now()
+		c, err := tls.Dial("tcp", ln.Addr().String(), cfg)
+		if err == nil {
+			c.Close()
+		}
+		return time.Since(start), err
+	}
+
+	s.handshakes.take(0) // a handshake in flight holds the only slot
+	freed := time.AfterFunc(200*time.Millisecond, s.handshakes.give)
+	defer freed.Stop()
+	took, err := dial()
+	if err != nil {
+		t.Fatalf("a handshake waiting for a slot that freed in time was refused: %v", err)
+	}
+	if took < 150*time.Millisecond {
+		t.Errorf("handshake done in %s, before the only slot freed", took)
+	}
+	waitGauge(t, func() bool { return s.Stats().Handshakes == 0 })
+
+	s.handshakes.take(0) // held past the wait this time
+	if _, err := dial(); err == nil {
+		t.Fatal("handshake accepted past the limit with no slot freed")
+	}
+	s.handshakes.give()
+	if _, err := dial(); err != nil {
+		t.Fatalf("handshake refused under the limit: %v", err)
+	}
+	waitGauge(t, func() bool { return s.Stats().Handshakes == 0 })
+}
+
+// Past MaxUntrusted the hub stops accepting until a connection is vouched
+// for or closed, instead of closing the ones that come: a connection
+// accepted while every untrusted slot is held is served once one frees.
+func TestWaitsForAnUntrustedSlotPastTheLimit(t *testing.T) {
+	s := testServer(t, Limits{MaxUntrusted: 1})
 	ln, err := Listen(context.Background(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -129,19 +176,24 @@ func TestRefusesHandshakesPastTheLimit(t *testing.T) {
 	t.Cleanup(func() { s.Close(); <-done })
 	cfg := &tls.Config{RootCAs: s.ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
 
-	s.handshakes.Store(1) // a handshake in flight holds the only slot
-	c, err := tls.Dial("tcp", ln.Addr().String(), cfg)
-	if err == nil {
-		c.Close()
-		t.Fatal("handshake accepted past the limit")
-	}
-	s.handshakes.Store(0)
-	c, err = tls.Dial("tcp", ln.Addr().String(), cfg)
+	silent, err := net.Dial("tcp", ln.Addr().String()) // holds the only slot, says nothing
 	if err != nil {
-		t.Fatalf("handshake refused under the limit: %v", err)
+		t.Fatal(err)
+	}
+	waitGauge(t, func() bool { _, held := s.untrusted.len(); return held == 1 })
+	time.AfterFunc(200*time.Millisecond, func() { silent.Close() })
+	start := time.Now()
+	c, err := tls.Dial("tcp", ln.Addr().String(), cfg)
+	if err != nil {
+		t.Fatalf("a connection that came while the only untrusted slot was held was refused: %v", err)
 	}
 	c.Close()
-	waitGauge(t, func() bool { return s.Stats().Handshakes == 0 })
+	if took := time.Since(start); took < 150*time.Millisecond {
+		t.Errorf("served in %s, before the only slot freed", took)
+	}
+	if n := s.refused.Load(); n != 0 {
+		t.Errorf("%d connections closed at accept, want none", n)
+	}
 }
 
 func waitGauge(t *testing.T, cond func() bool) {
@@ -218,7 +270,7 @@ func TestSourcesTableIsBounded(t *testing.T) {
 	s := newSources(2, 5)
 	took := 0
 	for i := range 1000 {
-		if s.acquire(strconv.Itoa(i % 500)) {
+		if ok, _ := s.acquire(strconv.Itoa(i % 500)); ok {
 			took++
 		}
 	}

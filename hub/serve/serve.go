@@ -84,7 +84,7 @@ type Server struct {
 	machines   *buckets
 	enrollers  *buckets
 	untrusted  *sources
-	handshakes atomic.Int64
+	handshakes *handshakeSlots
 	inflight   atomic.Int64
 	anonymous  atomic.Int64
 	refused    atomic.Int64
@@ -116,11 +116,12 @@ func NewServer(cfg Config) *Server {
 	s := &Server{
 		hub: cfg.Hub, ca: cfg.CA, clk: cfg.Clock, log: cfg.Logger.With("component", "agent-api"),
 		limits: lim, drainTo: cfg.DrainTo, metrics: cfg.Metrics,
-		machines:  newBuckets(cfg.Clock, lim.Rate, lim.Burst, maxBucketKeys),
-		enrollers: newBuckets(cfg.Clock, lim.EnrollRate, lim.EnrollBurst, maxBucketKeys),
-		untrusted: newSources(lim.MaxUntrustedPerSource, lim.MaxUntrusted),
-		polls:     make(map[*pollEntry]struct{}),
-		gate:      newStartGate(cfg.Clock, lim.ReconnectRate, lim.StartPhase),
+		machines:   newBuckets(cfg.Clock, lim.Rate, lim.Burst, maxBucketKeys),
+		enrollers:  newBuckets(cfg.Clock, lim.EnrollRate, lim.EnrollBurst, maxBucketKeys),
+		untrusted:  newSources(lim.MaxUntrustedPerSource, lim.MaxUntrusted),
+		handshakes: newHandshakeSlots(lim.MaxHandshakes),
+		polls:      make(map[*pollEntry]struct{}),
+		gate:       newStartGate(cfg.Clock, lim.ReconnectRate, lim.StartPhase),
 	}
 	s.api = httpapi.New(cfg.Hub, cfg.Clock, cfg.Logger)
 	s.api.ReconnectWindow = s.ReconnectWindow
@@ -192,7 +193,7 @@ func Listen(ctx context.Context, addr string) (net.Listener, error) {
 // Serve serves agents on ln until Drain or Close; then it returns nil.
 func (s *Server) Serve(ln net.Listener) error {
 	err := s.srv.ServeTLS(&countingListener{
-		Listener: ln, handshakes: &s.handshakes, untrusted: s.untrusted,
+		Listener: ln, slots: s.handshakes, untrusted: s.untrusted,
 		timeout: s.limits.HandshakeTimeout, refused: &s.refused,
 		// Time for one request's header and its longest body.
 		anonLife: s.limits.ReadHeaderTimeout + s.limits.BodyTimeoutMax,
@@ -203,15 +204,16 @@ func (s *Server) Serve(ln net.Listener) error {
 	return err
 }
 
-// configForClient runs at each ClientHello: it refuses the handshake when
-// too many are in flight, and binds the handshake's end to its conn.
+// configForClient runs at each ClientHello: it waits for a handshake slot
+// while too many are in flight, refuses the handshake when none frees in
+// time, and binds the handshake's end to its conn.
 func (s *Server) configForClient(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 	c, ok := hello.Conn.(*countedConn)
 	if !ok {
 		return s.base, nil
 	}
 	s.metrics.TLSHandshake()
-	if !c.begin(s.limits.MaxHandshakes) {
+	if !c.begin(s.limits.HandshakeQueueWait) {
 		s.metrics.TLSRefused(metrics.CauseShed)
 		return nil, errors.New("too many handshakes in flight; shedding load")
 	}
@@ -447,7 +449,7 @@ type Stats struct {
 func (s *Server) Stats() Stats {
 	n, held := s.untrusted.len()
 	return Stats{
-		Handshakes: s.handshakes.Load(), Requests: s.inflight.Load(), Anonymous: s.anonymous.Load(),
+		Handshakes: s.handshakes.inFlight.Load(), Requests: s.inflight.Load(), Anonymous: s.anonymous.Load(),
 		Untrusted: int64(held), Sources: n, Refused: s.refused.Load(),
 	}
 }
