@@ -36,11 +36,16 @@ type Dialect struct {
 	// Collate follows every ORDER BY on text, so that each dialect sorts
 	// by bytes as SQLite does by default (PostgreSQL: ` COLLATE "C"`).
 	Collate string
+	// PrepareOnce keeps statements prepared across transactions
+	// (stmtCache), as written: only for ? placeholders. pgx caches its
+	// own, so PostgreSQL leaves it off.
+	PrepareOnce bool
 }
 
 // SQLite is the dialect of modernc.org/sqlite.
 var SQLite = Dialect{
-	Name: "sqlite",
+	Name:        "sqlite",
+	PrepareOnce: true,
 	IsConflict: func(err error) bool {
 		return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
 	},
@@ -51,11 +56,17 @@ type Store struct {
 	writer, reader *sql.DB
 	d              Dialect
 	id             string
+	// stmts are the statements kept prepared, per pool.
+	stmts map[*sql.DB]*stmtCache
 }
 
 // New brings the schema up to date and loads (or makes) the store ID.
 func New(ctx context.Context, writer, reader *sql.DB, d Dialect, newID func() string) (*Store, error) {
-	s := &Store{writer: writer, reader: reader, d: d}
+	s := &Store{writer: writer, reader: reader, d: d, stmts: map[*sql.DB]*stmtCache{}}
+	if d.PrepareOnce {
+		s.stmts[writer] = newStmtCache()
+		s.stmts[reader] = newStmtCache()
+	}
 	if err := s.migrate(ctx); err != nil {
 		return nil, err
 	}
@@ -134,11 +145,15 @@ func (s *Store) View(ctx context.Context, fn func(store.Tx) error) error {
 // every statement's error, not only fn's, since fn may wrap or replace
 // the error it got.
 func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, readOnly bool, fn func(store.Tx) error) (retry bool, err error) {
+	stmts := s.stmts[db]
+	// Before the transaction holds a connection: the writer pool has
+	// one, and preparing on the pool would wait for it.
+	stmts.preparePending(ctx, db)
 	sqlTx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return s.retryable(err), fmt.Errorf("store: begin: %w", err)
 	}
-	t := &tx{s: s, tx: sqlTx, ctx: ctx, readOnly: readOnly}
+	t := &tx{s: s, tx: sqlTx, ctx: ctx, readOnly: readOnly, stmts: stmts}
 	if err := fn(t); err != nil {
 		sqlTx.Rollback()
 		return t.retry || s.retryable(err), err
@@ -161,6 +176,8 @@ type tx struct {
 	readOnly bool
 	// retry is set once a statement failed with a retryable error.
 	retry bool
+	// stmts are its pool's prepared statements; nil when none are kept.
+	stmts *stmtCache
 }
 
 // seen notes a statement's error and returns it.
@@ -172,17 +189,42 @@ func (t *tx) seen(err error) error {
 }
 
 func (t *tx) exec(query string, args ...any) (sql.Result, error) {
+	if st := t.prepared(query); st != nil {
+		res, err := st.ExecContext(t.ctx, args...)
+		return res, t.seen(err)
+	}
 	res, err := t.tx.ExecContext(t.ctx, t.s.q(query), args...)
 	return res, t.seen(err)
 }
 
 func (t *tx) query(query string, args ...any) (*sql.Rows, error) {
+	if st := t.prepared(query); st != nil {
+		rows, err := st.QueryContext(t.ctx, args...)
+		return rows, t.seen(err)
+	}
 	rows, err := t.tx.QueryContext(t.ctx, t.s.q(query), args...)
 	return rows, t.seen(err)
 }
 
 func (t *tx) queryRow(query string, args ...any) row {
+	if st := t.prepared(query); st != nil {
+		return row{st.QueryRowContext(t.ctx, args...), t}
+	}
 	return row{t.tx.QueryRowContext(t.ctx, t.s.q(query), args...), t}
+}
+
+// prepared is query's kept statement bound to the transaction, or nil
+// when it has none yet (it is then prepared before a later transaction).
+func (t *tx) prepared(query string) *sql.Stmt {
+	if t.stmts == nil {
+		return nil
+	}
+	st := t.stmts.get(query)
+	if st == nil {
+		return nil
+	}
+	// Prepared on this transaction's connection once, then reused.
+	return t.tx.StmtContext(t.ctx, st)
 }
 
 // row is a *sql.Row whose Scan error the transaction notes.
