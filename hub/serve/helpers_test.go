@@ -47,6 +47,8 @@ type envOptions struct {
 	certLifetime time.Duration
 	drainTo      string
 	limits       serve.Limits
+	// wrap, if set, wraps the store the hub uses.
+	wrap func(store.Store) store.Store
 }
 
 func startEnv(t *testing.T, opts envOptions) *env {
@@ -69,8 +71,12 @@ func (e *env) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var st store.Store = e.st
+	if e.opts.wrap != nil {
+		st = e.opts.wrap(st)
+	}
 	e.hub, err = hub.New(context.Background(), hub.Config{
-		Store: e.st, CA: e.ca, Logger: discard, PollTimeout: e.opts.pollTimeout, Region: "r1", AllowSim: true,
+		Store: st, CA: e.ca, Logger: discard, PollTimeout: e.opts.pollTimeout, Region: "r1", AllowSim: true,
 		ControllerInterval: 200 * time.Millisecond,
 	})
 	if err != nil {

@@ -101,6 +101,24 @@ type pollEntry struct{ cancel context.CancelFunc }
 
 type connKey struct{}
 
+// identityKey carries a request's identity, checked once by shed: each
+// check reads the store, and the machine limit and the handler ask again.
+type identityKey struct{}
+
+type identity struct {
+	machine string
+	err     error
+}
+
+// identify names the machine of a request by its client certificate, as
+// shed found it when the request came, or checks it now.
+func (s *Server) identify(r *http.Request) (string, error) {
+	if id, ok := r.Context().Value(identityKey{}).(identity); ok {
+		return id.machine, id.err
+	}
+	return s.api.IdentifyClientCert(r)
+}
+
 // NewServer returns a server of cfg.Hub's agents.
 func NewServer(cfg Config) *Server {
 	if cfg.Clock == nil {
@@ -135,7 +153,7 @@ func NewServer(cfg Config) *Server {
 		Time:             cfg.Clock.Now,
 	}
 	mux := http.NewServeMux()
-	identify := s.api.IdentifyClientCert
+	identify := s.identify
 	mux.Handle(protocol.SyncPath, counted(s.metrics.SyncResult, s.limitMachine(s.drainable(s.api.SyncHandler(identify)))))
 	mux.Handle(protocol.RenewPath, counted(s.metrics.Renewal, s.limitMachine(s.api.RenewHandler(identify))))
 	mux.Handle(protocol.LogsPath, s.limitMachine(s.api.LogsHandler(identify)))
@@ -276,7 +294,9 @@ func (s *Server) shed(next http.Handler) http.Handler {
 				s.busy(w, r)
 				return
 			}
-			if id, err := s.api.IdentifyClientCert(r); err == nil {
+			id, err := s.api.IdentifyClientCert(r)
+			r = r.WithContext(context.WithValue(r.Context(), identityKey{}, identity{id, err}))
+			if err == nil {
 				if ok, wait := s.gate.admit(id); !ok {
 					retryAfterHeader(w, wait)
 					writeError(w, http.StatusServiceUnavailable, "the hub just started and takes its machines back at a steady rate; come back after Retry-After")
@@ -326,7 +346,7 @@ func (s *Server) busy(w http.ResponseWriter, r *http.Request) {
 // a correct agent never reaches must not count the hub's own changes.
 func (s *Server) limitMachine(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := s.api.IdentifyClientCert(r)
+		id, err := s.identify(r)
 		if err == nil {
 			if ok, wait := s.machines.take(id); !ok {
 				retryAfterHeader(w, wait)

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -485,6 +486,50 @@ func TestRestartKeepsWorkloadsAndSpreadsReconnects(t *testing.T) {
 }
 
 // Each machine has its token bucket: past its burst, 429 with Retry-After.
+// certReads counts the certificate lookups made through a store.
+type certReads struct {
+	store.Store
+	n *atomic.Int64
+}
+
+func (s certReads) View(ctx context.Context, fn func(store.Tx) error) error {
+	return s.Store.View(ctx, func(tx store.Tx) error { return fn(certReadsTx{tx, s.n}) })
+}
+
+type certReadsTx struct {
+	store.Tx
+	n *atomic.Int64
+}
+
+func (t certReadsTx) Certificate(serial string) (store.Certificate, error) {
+	t.n.Add(1)
+	return t.Tx.Certificate(serial)
+}
+
+// Issue 13: an agent's request checks its certificate in the store once,
+// not once for each layer that asks who it is (the load shedding, the
+// machine limit, the handler).
+func TestARequestChecksItsCertificateOnce(t *testing.T) {
+	var n atomic.Int64
+	e := startEnv(t, envOptions{pollTimeout: 10 * time.Second, wrap: func(s store.Store) store.Store { return certReads{s, &n} }})
+	_, nw := e.enroll()
+	tr := nw.Transport()
+	req := &protocol.SyncRequest{ProtocolVersion: protocol.Version} // no store ID: answered at once
+	if _, err := tr.Sync(context.Background(), req); err != nil {   // the connection and its handshake
+		t.Fatal(err)
+	}
+	before := n.Load()
+	const syncs = 4
+	for i := range syncs {
+		if _, err := tr.Sync(context.Background(), req); err != nil {
+			t.Fatalf("sync %d: %v", i, err)
+		}
+	}
+	if got := n.Load() - before; got != syncs {
+		t.Errorf("%d syncs read their certificate %d times, want once each", syncs, got)
+	}
+}
+
 func TestMachineRateLimit(t *testing.T) {
 	e := startEnv(t, envOptions{pollTimeout: 10 * time.Second, limits: serve.Limits{Rate: 1, Burst: 2}})
 	_, nw := e.enroll()
