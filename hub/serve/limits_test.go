@@ -117,11 +117,10 @@ func TestShedsLoadWith503(t *testing.T) {
 	}
 }
 
-// Past MaxHandshakes a ClientHello waits for a slot (issue 13: a fleet
-// that connects at once is queued, not refused): it is served once a slot
-// frees within HandshakeQueueWait, and refused only when none does.
-func TestQueuesHandshakesPastTheLimit(t *testing.T) {
-	s := testServer(t, Limits{MaxHandshakes: 1, HandshakeQueueWait: 500 * time.Millisecond})
+// serveLoopback serves s on a loopback port until the test ends, and
+// returns the listener and a client configuration that trusts it.
+func serveLoopback(t *testing.T, s *Server) (net.Listener, *tls.Config) {
+	t.Helper()
 	ln, err := Listen(context.Background(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +128,15 @@ func TestQueuesHandshakesPastTheLimit(t *testing.T) {
 	done := make(chan struct{})
 	go func() { s.Serve(ln); close(done) }()
 	t.Cleanup(func() { s.Close(); <-done })
-	cfg := &tls.Config{RootCAs: s.ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
+	return ln, &tls.Config{RootCAs: s.ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
+}
+
+// Past MaxHandshakes a ClientHello waits for a slot (issue 13: a fleet
+// that connects at once is queued, not refused): it is served once a slot
+// frees within HandshakeQueueWait, and refused only when none does.
+func TestQueuesHandshakesPastTheLimit(t *testing.T) {
+	s := testServer(t, Limits{MaxHandshakes: 1, HandshakeQueueWait: 500 * time.Millisecond})
+	ln, cfg := serveLoopback(t, s)
 	dial := func() (time.Duration, error) {
 		start := time.Now()
 		c, err := tls.Dial("tcp", ln.Addr().String(), cfg)
@@ -167,14 +174,7 @@ func TestQueuesHandshakesPastTheLimit(t *testing.T) {
 // accepted while every untrusted slot is held is served once one frees.
 func TestWaitsForAnUntrustedSlotPastTheLimit(t *testing.T) {
 	s := testServer(t, Limits{MaxUntrusted: 1})
-	ln, err := Listen(context.Background(), "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { s.Serve(ln); close(done) }()
-	t.Cleanup(func() { s.Close(); <-done })
-	cfg := &tls.Config{RootCAs: s.ca.Pool(), ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
+	ln, cfg := serveLoopback(t, s)
 
 	silent, err := net.Dial("tcp", ln.Addr().String()) // holds the only slot, says nothing
 	if err != nil {
