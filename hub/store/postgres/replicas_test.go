@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -199,7 +200,11 @@ func TestPresenceAcrossReplicasWithLongPolls(t *testing.T) {
 	for i := range machines {
 		id, h := fmt.Sprintf("m-%d", i), others[i%len(others)]
 		go func() {
-			req := &protocol.SyncRequest{ProtocolVersion: protocol.Version, Inventory: inv}
+			// Its own inventory: the hub sanitises a report's strings in
+			// place, as it decodes each request's anew.
+			own := *inv
+			own.Drivers = slices.Clone(inv.Drivers)
+			req := &protocol.SyncRequest{ProtocolVersion: protocol.Version, Inventory: &own}
 			for ctx.Err() == nil {
 				resp, err := h.Sync(ctx, id, req)
 				if err != nil {
