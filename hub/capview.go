@@ -266,13 +266,9 @@ func (v *capView) offer(p presence, classes map[string]store.Class) *placement.F
 	if v.fleet == nil {
 		pms := make([]placement.Machine, 0, len(v.machines))
 		for _, vm := range v.machines {
-			pm, ok := placementMachine(vm, classes)
-			if !ok {
-				continue
+			if pm, ok := fleetMachine(vm, p, classes); ok {
+				pms = append(pms, pm)
 			}
-			pm.Online = p.online(vm.m)
-			vm.online = pm.Online
-			pms = append(pms, pm)
 		}
 		v.fleet = placement.NewFleet(pms, v.drivers)
 		clear(v.refreshed)
@@ -282,19 +278,13 @@ func (v *capView) offer(p presence, classes map[string]store.Class) *placement.F
 	// committed; the machines it was committed on were read again.
 	v.fleet.NewPass()
 	for id := range v.refreshed {
-		vm := v.machines[id]
-		if vm == nil {
-			v.fleet.Remove(id)
-			continue
+		if vm := v.machines[id]; vm != nil {
+			if pm, ok := fleetMachine(vm, p, classes); ok {
+				v.fleet.Update(pm)
+				continue
+			}
 		}
-		pm, ok := placementMachine(vm, classes)
-		if !ok {
-			v.fleet.Remove(id)
-			continue
-		}
-		pm.Online = p.online(vm.m)
-		vm.online = pm.Online
-		v.fleet.Update(pm)
+		v.fleet.Remove(id)
 	}
 	clear(v.refreshed)
 	if v.listed == nil {
@@ -313,6 +303,18 @@ func (v *capView) offer(p presence, classes map[string]store.Class) *placement.F
 		}
 	}
 	return v.fleet
+}
+
+// fleetMachine is vm as the fleet is told of it, online as presence
+// judges it now (and noted so); ok is false for a machine placement never
+// sees.
+func fleetMachine(vm *viewMachine, p presence, classes map[string]store.Class) (placement.Machine, bool) {
+	pm, ok := placementMachine(vm, classes)
+	if ok {
+		pm.Online = p.online(vm.m)
+		vm.online = pm.Online
+	}
+	return pm, ok
 }
 
 // placementMachine is vm as placement sees it, but for Online; ok is

@@ -185,26 +185,19 @@ func (f *Fleet) compact() {
 // pass's holds on it included) or adding it.
 func (f *Fleet) Update(m Machine) {
 	i, ok := f.byID[m.ID]
-	if !ok {
+	if ok {
+		// Out of everything the old record put it in.
+		f.unlist(i)
+		f.removePlaced(f.machines[i].m)
+		f.removeFromScope(i)
+	} else {
 		f.machines = append(f.machines, machineState{})
 		i = len(f.machines) - 1
 		f.byID[m.ID] = i
-		ms := &f.machines[i]
-		f.setRecord(ms, m)
-		f.addToScope(i)
-		f.addPlaced(ms.m)
-		f.enlist(i)
-		return
 	}
 	ms := &f.machines[i]
-	f.unlist(i)
-	f.removePlaced(ms.m)
-	if old := (scope{ms.m.Owner, ms.m.Region}); old != (scope{m.Owner, m.Region}) {
-		f.removeFromScope(i)
-		ms.m.Owner, ms.m.Region = m.Owner, m.Region
-		f.addToScope(i)
-	}
 	f.setRecord(ms, m)
+	f.addToScope(i)
 	f.addPlaced(ms.m)
 	f.enlist(i)
 }

@@ -418,10 +418,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 // handshakeSlots bounds the TLS handshakes in flight. A ClientHello past
 // the bound waits for a slot, first come first served (a channel's
 // senders queue in order), up to a bound.
-type handshakeSlots struct {
-	sem      chan struct{}
-	inFlight atomic.Int64
-}
+type handshakeSlots struct{ sem chan struct{} }
 
 func newHandshakeSlots(n int) *handshakeSlots {
 	return &handshakeSlots{sem: make(chan struct{}, max(n, 1))}
@@ -431,7 +428,6 @@ func newHandshakeSlots(n int) *handshakeSlots {
 func (h *handshakeSlots) take(wait time.Duration) bool {
 	select {
 	case h.sem <- struct{}{}:
-		h.inFlight.Add(1)
 		return true
 	default:
 	}
@@ -439,17 +435,16 @@ func (h *handshakeSlots) take(wait time.Duration) bool {
 	defer t.Stop()
 	select {
 	case h.sem <- struct{}{}:
-		h.inFlight.Add(1)
 		return true
 	case <-t.C:
 		return false
 	}
 }
 
-func (h *handshakeSlots) give() {
-	h.inFlight.Add(-1)
-	<-h.sem
-}
+func (h *handshakeSlots) give() { <-h.sem }
+
+// inFlight is how many slots are taken.
+func (h *handshakeSlots) inFlight() int64 { return int64(len(h.sem)) }
 
 type countedConn struct {
 	net.Conn

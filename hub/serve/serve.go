@@ -469,7 +469,7 @@ type Stats struct {
 func (s *Server) Stats() Stats {
 	n, held := s.untrusted.len()
 	return Stats{
-		Handshakes: s.handshakes.inFlight.Load(), Requests: s.inflight.Load(), Anonymous: s.anonymous.Load(),
+		Handshakes: s.handshakes.inFlight(), Requests: s.inflight.Load(), Anonymous: s.anonymous.Load(),
 		Untrusted: int64(held), Sources: n, Refused: s.refused.Load(),
 	}
 }
