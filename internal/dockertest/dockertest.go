@@ -143,6 +143,11 @@ func buildOne(cli *client.Client, context_ []byte, dockerfile, tag string) error
 	defer cancel()
 	res, err := cli.ImageBuild(ctx, bytes.NewReader(context_), client.ImageBuildOptions{
 		Tags: []string{tag}, Dockerfile: dockerfile, Remove: true, ForceRemove: true, Version: build.BuilderV1,
+		// Without the cache: test packages build the same program in
+		// parallel, and one's Remove (which prunes untagged parents)
+		// would delete a cached layer another is building on ("unknown
+		// parent image ID").
+		NoCache: true,
 	})
 	if err != nil {
 		return fmt.Errorf("build %s: %w", tag, err)
