@@ -42,6 +42,7 @@ func NewFailover(t *HTTPS, urls []string) (*Failover, error) {
 			all = append(all, u.String())
 		}
 	}
+	t.SetReplicated(len(all) > 1)
 	return &Failover{t: t, given: all, urls: slices.Clone(all), next: 1 % len(all)}, nil
 }
 
@@ -57,6 +58,7 @@ func (f *Failover) SetLearned(urls []string) {
 	// Next after the one in use (-1 + 1 = the first when it is none of
 	// them: a directed reconnect took it elsewhere).
 	cur := slices.Index(all, f.t.URL())
+	f.t.SetReplicated(len(all) > 1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.urls = all

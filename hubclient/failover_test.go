@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"testing"
+	"time"
 
 	"einsora.dev/edge/protocol"
 )
@@ -117,5 +118,36 @@ func TestFailoverReachesLearnedReplicas(t *testing.T) {
 	f.SetLearned(nil)
 	if got := f.URLs(); len(got) != 1 || got[0] != cut.URL {
 		t.Errorf("after the hub sent none: %v, want the given one alone", got)
+	}
+}
+
+// An agent with other replicas to move to pings its hub often enough to
+// leave one that stopped answering (a paused process, whose kernel still
+// answers) in about 30 s; alone, it pings only after a whole poll hold.
+func TestAgentWithReplicasPingsItsHubOften(t *testing.T) {
+	hubCA := newTestCA(t)
+	pingOf := func(tr *HTTPS) time.Duration {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		return tr.cur.tr.HTTP2.SendPingTimeout
+	}
+	tr := newTransport(t, hubCA, "https://hub-1.example.com:8443", nil)
+	f, err := NewFailover(tr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pingOf(tr); got != PingAfter {
+		t.Errorf("alone: ping after %s, want %s", got, PingAfter)
+	}
+	f.SetLearned([]string{"https://hub-2.example.com:8443"})
+	if got := pingOf(tr); got != ReplicaPingAfter {
+		t.Errorf("with a replica learned: ping after %s, want %s", got, ReplicaPingAfter)
+	}
+	given := newTransport(t, hubCA, "https://hub-1.example.com:8443", nil)
+	if _, err := NewFailover(given, []string{"https://hub-2.example.com:8443"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := pingOf(given); got != ReplicaPingAfter {
+		t.Errorf("with a replica given: ping after %s, want %s", got, ReplicaPingAfter)
 	}
 }

@@ -33,21 +33,29 @@ import (
 // backoff, since the hub was just reachable.
 var ErrReconnect = errors.New("the hub directed a reconnect")
 
-// Keepalives. A black-holed connection (a NAT mapping dropped, a middlebox
-// gone) is noticed within PingAfter+PingTimeout, under 30 s: an HTTP/2 ping
-// goes out after PingAfter without a frame from the hub, and the connection
-// is closed if it is not answered within PingTimeout. PingAfter is just
-// above the hub's default poll hold (25 s), so in the steady state the
-// poll's answer is the sign of life and no ping is sent: an idle agent pays
-// for its polls and nothing else. With a longer hold the ping is the sign of
-// life. TCP keepalives start later still, as the backstop for HTTP/1.1;
-// docs/operations.md explains the choice and NAT idle timeouts.
+// Keepalives. The sign of life of an agent's held poll is the hub's: its
+// kernel probes the connection every 25 s and reads the answers (hub/serve),
+// so the agent sends nothing of its own for presence, and its poll is held
+// for minutes. What the agent keeps is the means to notice a black-holed
+// connection (a NAT mapping dropped, a middlebox gone, the hub's host
+// powered off) well inside the 10 minutes after which the hub fails an
+// offline machine's workloads: its kernel probes after KeepAliveIdle without
+// an answer from the hub (the hub's own probes do not count there), and
+// drops the connection after KeepAliveCount unanswered probes, or when data
+// it sent stays unacknowledged as long (unackedFor); the agent then redials
+// with backoff and keeps applying its last desired state meanwhile. Its
+// HTTP/2 ping comes only after a whole poll hold without a frame: the
+// backstop for a hub whose kernel answers but whose process does not;
+// with other replicas to move to, every ReplicaPingAfter (SetReplicated).
+// docs/operations.md explains the choice, the bytes and NAT idle timeouts.
 const (
-	PingAfter      = 26 * time.Second
-	PingTimeout    = 3 * time.Second
-	KeepAliveIdle  = 60 * time.Second
-	KeepAliveIntvl = 10 * time.Second
-	KeepAliveCount = 3
+	PingAfter        = 11 * time.Minute
+	ReplicaPingAfter = 24 * time.Second
+	PingTimeout      = 3 * time.Second
+	KeepAliveIdle    = 4 * time.Minute
+	KeepAliveIntvl   = 10 * time.Second
+	KeepAliveCount   = 3
+	unackedFor       = KeepAliveIdle + KeepAliveCount*KeepAliveIntvl
 )
 
 // maxAnswer bounds an answer from the hub: a desired state of thousands of
@@ -130,12 +138,20 @@ func verifyPinned(cs tls.ConnectionState, fp [32]byte, host string) error {
 	return nil
 }
 
-// dialer dials with TCP keepalives set as the package's constants say.
+// dialer dials with TCP keepalives and the bound on unacknowledged data
+// set as the package's constants say.
 func dialer() *net.Dialer {
 	return &net.Dialer{
 		Timeout: 10 * time.Second,
 		KeepAliveConfig: net.KeepAliveConfig{
 			Enable: true, Idle: KeepAliveIdle, Interval: KeepAliveIntvl, Count: KeepAliveCount,
+		},
+		Control: func(_, _ string, rc syscall.RawConn) error {
+			var err error
+			if cerr := rc.Control(func(fd uintptr) { err = boundUnacked(fd, unackedFor) }); cerr != nil {
+				return cerr
+			}
+			return err
 		},
 	}
 }
@@ -215,15 +231,18 @@ type HTTPSConfig struct {
 // while syncs run (SetCertificate), and it follows directed reconnects.
 // It is safe for concurrent use.
 type HTTPS struct {
-	fp    [32]byte
-	clk   clock.Clock
-	dial  func(ctx context.Context, network, addr string) (net.Conn, error)
-	ping  http.HTTP2Config
-	http1 bool
-	cert  atomic.Pointer[tls.Certificate]
+	fp   [32]byte
+	clk  clock.Clock
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// pingSet is set when the config chose the ping (tests): it stays.
+	pingSet bool
+	http1   bool
+	cert    atomic.Pointer[tls.Certificate]
 
 	// mu guards the following fields.
-	mu        sync.Mutex
+	mu sync.Mutex
+	// ping is the HTTP/2 health check of the pools made from now on.
+	ping      http.HTTP2Config
 	base      string
 	cur       *pool
 	notBefore time.Time
@@ -263,8 +282,9 @@ func NewHTTPS(cfg HTTPSConfig) (*HTTPS, error) {
 	}
 	t := &HTTPS{
 		fp: protocol.FingerprintOf(cfg.CA.Raw), clk: cfg.Clock, dial: cfg.DialContext, base: u.String(),
-		ping:  http.HTTP2Config{SendPingTimeout: cmp.Or(cfg.PingAfter, PingAfter), PingTimeout: cmp.Or(cfg.PingTimeout, PingTimeout)},
-		http1: cfg.HTTP1,
+		ping:    http.HTTP2Config{SendPingTimeout: cmp.Or(cfg.PingAfter, PingAfter), PingTimeout: cmp.Or(cfg.PingTimeout, PingTimeout)},
+		pingSet: cfg.PingAfter != 0,
+		http1:   cfg.HTTP1,
 	}
 	c, err := withLeaf(cfg.Certificate)
 	if err != nil {
@@ -343,6 +363,31 @@ func dialDiagnostic(ctx context.Context, dial func(ctx context.Context, network,
 	// A read timeout leaves a TLS connection usable.
 	c.SetReadDeadline(time.Time{})
 	return c, nil
+}
+
+// SetReplicated tells the transport whether the agent has other hub
+// replicas to move to. With them, a hub that stops answering while its
+// kernel still does (a hung or paused process) is left within
+// ReplicaPingAfter+PingTimeout, for a ping every ReplicaPingAfter (just
+// under the hub's keepalive idle time, so the pings replace its probes
+// rather than come on top); alone,
+// with nowhere else to go, the agent waits for it (PingAfter). New
+// connections take the change.
+func (t *HTTPS) SetReplicated(replicated bool) {
+	if t.pingSet {
+		return
+	}
+	after := PingAfter
+	if replicated {
+		after = ReplicaPingAfter
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ping.SendPingTimeout == after {
+		return
+	}
+	t.ping.SendPingTimeout = after
+	t.retireLocked()
 }
 
 // URL is the hub URL the transport dials now.

@@ -1,0 +1,13 @@
+package hubclient
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// boundUnacked makes the kernel drop the connection when data sent on it
+// stays unacknowledged for d.
+func boundUnacked(fd uintptr, d time.Duration) error {
+	return unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_RXT_CONNDROPTIME, int(d.Seconds()))
+}
