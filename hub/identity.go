@@ -156,7 +156,9 @@ func (h *Hub) RevokeCertificate(ctx context.Context, machineID, serial string) e
 		return fmt.Errorf("revoke certificate %s: %w", serial, err)
 	}
 	h.log.Warn("certificate revoked", "machine", owner, "serial", serial)
+	// Its poll may be held by any replica, for minutes.
 	h.Wake(owner)
+	h.notifyReplicas(ctx, owner)
 	return nil
 }
 

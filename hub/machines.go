@@ -139,7 +139,9 @@ func (h *Hub) RevokeMachine(ctx context.Context, id string) error {
 		return err
 	}
 	h.log.Warn("machine revoked", "machine", id)
+	// Its poll may be held by any replica, for minutes.
 	h.Wake(id)
+	h.notifyReplicas(ctx, id)
 	h.wakeLeader(ctx, true, id)
 	return nil
 }
