@@ -10,10 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"net"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,6 +21,7 @@ import (
 	"einsora.dev/edge/hub/serve"
 	"einsora.dev/edge/hub/store/sqlite"
 	"einsora.dev/edge/hubclient"
+	"einsora.dev/edge/internal/testnet"
 	"einsora.dev/edge/protocol"
 )
 
@@ -151,8 +149,10 @@ func (c countingConn) Write(p []byte) (int, error) {
 
 // BenchmarkIdlePollBytes is what one unchanged long poll of an idle agent
 // costs on the wire (TLS records, both directions, over HTTP/2), and what
-// that makes an hour at the default poll hold. TCP/IP headers and
-// keepalives come on top; docs/operations.md adds them.
+// that makes an hour at the default poll hold (its mean: holds are drawn
+// from 75–100 % of it). With TCP/IP headers and the keepalive exchanges
+// (two bare segments each: the hub's every KeepAliveIdle, the agent's
+// every hubclient.KeepAliveIdle) it is an idle agent's hour on the wire.
 func BenchmarkIdlePollBytes(b *testing.B) {
 	const hold = 20 * time.Millisecond
 	h, authority, client, server := benchHub(b, hold)
@@ -200,7 +200,7 @@ func BenchmarkIdlePollBytes(b *testing.B) {
 		tr.Sync(ctx, req)
 	}
 	n.Store(0)
-	segs := tcpOutSegs()
+	segs := testnet.TCPOutSegs()
 	b.ResetTimer()
 	for b.Loop() {
 		resp, err := tr.Sync(ctx, req)
@@ -210,42 +210,18 @@ func BenchmarkIdlePollBytes(b *testing.B) {
 	}
 	b.StopTimer()
 	perPoll := float64(n.Load()) / float64(b.N)
+	meanHold := (1 + hub.MinHoldFraction) / 2 * hub.DefaultPollTimeout.Hours()
 	b.ReportMetric(perPoll, "B/poll")
-	b.ReportMetric(perPoll*float64(time.Hour/hub.DefaultPollTimeout)/1000, "KB/h@25s")
+	b.ReportMetric(perPoll/meanHold/1000, "KB/h@hold")
 	if segs >= 0 {
 		// Both ends are on this host, so every segment either side sent
 		// counts once. On a quiet host this is the poll's own.
-		b.ReportMetric(float64(tcpOutSegs()-segs)/float64(b.N), "segs/poll")
+		segsPerPoll := float64(testnet.TCPOutSegs()-segs) / float64(b.N)
+		b.ReportMetric(segsPerPoll, "segs/poll")
+		keepalives := time.Hour.Seconds()/serve.KeepAliveIdle.Seconds() + time.Hour.Seconds()/hubclient.KeepAliveIdle.Seconds()
+		wire := (perPoll+segsPerPoll*testnet.WireHeader)/meanHold + keepalives*2*testnet.WireHeader
+		b.ReportMetric(wire/1000, "wireKB/h@hold")
 	}
-}
-
-// tcpOutSegs reads the host's count of TCP segments sent (Linux), or -1.
-func tcpOutSegs() int64 {
-	b, err := os.ReadFile("/proc/net/snmp")
-	if err != nil {
-		return -1
-	}
-	var head []string
-	for line := range strings.SplitSeq(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != "Tcp:" {
-			continue
-		}
-		if head == nil {
-			head = f
-			continue
-		}
-		for i, name := range head {
-			if name == "OutSegs" && i < len(f) {
-				v, err := strconv.ParseInt(f[i], 10, 64)
-				if err != nil {
-					return -1
-				}
-				return v
-			}
-		}
-	}
-	return -1
 }
 
 func pemKey(k *ecdsa.PrivateKey) []byte {

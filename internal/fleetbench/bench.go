@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"einsora.dev/edge/hubclient"
+	"einsora.dev/edge/internal/testnet"
 )
 
 // Config configures a run.
@@ -73,8 +74,12 @@ type result struct {
 	rssPerAgentKiB        float64
 	idleCPUPerAgentHour   time.Duration
 	idleBytesPerAgentHour float64
-	cpuPerChange          time.Duration
-	wakeP50, wakeP99      time.Duration
+	// idleWirePerAgentHour adds the TCP/IP headers of every segment, the
+	// keepalives' bare ones included; negative where the host's count of
+	// segments cannot be read.
+	idleWirePerAgentHour float64
+	cpuPerChange         time.Duration
+	wakeP50, wakeP99     time.Duration
 	// The wakes whose change was made on another replica than the one
 	// holding the agent's poll, and those made on that one.
 	crossP50, crossP99 time.Duration
@@ -235,7 +240,7 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	if err != nil {
 		return r, err
 	}
-	b0 := f.m.bytes.Load()
+	b0, s0 := f.m.bytes.Load(), testnet.TCPOutSegs()
 	time.Sleep(cfg.Window)
 	cpu1, err := sumCPU(t.pids())
 	if err != nil {
@@ -244,9 +249,16 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	idleRate := float64(cpu1-cpu0) / cfg.Window.Seconds() // CPU per second of wall time
 	hours := cfg.Window.Hours()
 	r.idleCPUPerAgentHour = time.Duration(idleRate * 3600 / float64(cfg.N))
-	r.idleBytesPerAgentHour = float64(f.m.bytes.Load()-b0) / float64(cfg.N) / hours
-	fmt.Fprintf(cfg.Out, "  idle: hub RSS +%.1f KiB per agent, CPU %s per agent-hour, %.1f KB per agent-hour\n",
-		r.rssPerAgentKiB, r.idleCPUPerAgentHour.Round(time.Microsecond), r.idleBytesPerAgentHour/1000)
+	tlsBytes := float64(f.m.bytes.Load() - b0)
+	r.idleBytesPerAgentHour = tlsBytes / float64(cfg.N) / hours
+	r.idleWirePerAgentHour = -1
+	if s1 := testnet.TCPOutSegs(); s0 >= 0 && s1 >= 0 {
+		// Every process on this host counts here too: a quiet host is
+		// assumed.
+		r.idleWirePerAgentHour = (tlsBytes + float64(s1-s0)*testnet.WireHeader) / float64(cfg.N) / hours
+	}
+	fmt.Fprintf(cfg.Out, "  idle: hub RSS +%.1f KiB per agent, CPU %s per agent-hour, %.1f KB per agent-hour (%.1f KB on the wire)\n",
+		r.rssPerAgentKiB, r.idleCPUPerAgentHour.Round(time.Microsecond), r.idleBytesPerAgentHour/1000, r.idleWirePerAgentHour/1000)
 
 	// Single-workload changes, each waited for before the next. Among
 	// replicas, a create goes to each replica in turn (the leader places
@@ -510,6 +522,12 @@ func printTable(w io.Writer, n int, cols []column) {
 	})
 	row("idle traffic per agent-hour (TLS records, both ways)", func(r result) (string, float64, bool) {
 		return fmt.Sprintf("%.1f KB", r.idleBytesPerAgentHour/1000), r.idleBytesPerAgentHour, true
+	})
+	row("idle traffic per agent-hour on the wire (with TCP/IP headers and keepalives)", func(r result) (string, float64, bool) {
+		if r.idleWirePerAgentHour < 0 {
+			return "—", 0, false
+		}
+		return fmt.Sprintf("%.1f KB", r.idleWirePerAgentHour/1000), r.idleWirePerAgentHour, true
 	})
 	row("hub CPU while idle, per agent-hour", func(r result) (string, float64, bool) {
 		return fmt.Sprintf("%.4f core-s", r.idleCPUPerAgentHour.Seconds()), float64(r.idleCPUPerAgentHour), true
