@@ -86,7 +86,7 @@ func TestPollOnAReplicaThatLostItsStoreIsSentAway(t *testing.T) {
 	// The cable is cut; this replica's presence batch fails, and it
 	// answers the polls it holds (touchLoop).
 	cs.cut.Store(true)
-	h.feed.end(h.feed.begin(h.clk.Now(), h.polls.ids()), errors.New("store: begin: context deadline exceeded"))
+	h.feed.end(h.feed.begin(h.clk.Now(), h.polls.heardAll(h.clk.Now())), errors.New("store: begin: context deadline exceeded"))
 	h.polls.wakeEvery()
 	select {
 	case err := <-answered:

@@ -52,13 +52,15 @@ func (f *presenceFeed) note(machineID string, at time.Time) {
 
 // begin takes the machines heard since the last batch, by when they were
 // last heard (to the second, rounded down, so a batch is a few
-// statements), adds the held polls as heard now, and marks a batch in
-// flight since now.
-func (f *presenceFeed) begin(now time.Time, held []string) map[time.Time][]string {
+// statements), adds the held polls as heard at their connections' last
+// sign of life, and marks a batch in flight since now.
+func (f *presenceFeed) begin(now time.Time, held map[string]time.Time) map[time.Time][]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, id := range held {
-		f.heard[id] = now
+	for id, at := range held {
+		if at.After(f.heard[id]) {
+			f.heard[id] = at
+		}
 	}
 	batch := make(map[time.Time][]string)
 	for id, at := range f.heard {
@@ -132,10 +134,11 @@ func (h *Hub) touchLoop(ctx context.Context) {
 }
 
 // touch writes one presence batch: the machines whose polls this replica
-// holds now, and those it heard from quietly since the last batch.
+// holds now, as of their connections' last sign of life, and those it
+// heard from quietly since the last batch.
 func (h *Hub) touch(ctx context.Context) error {
 	now := h.clk.Now()
-	batch := h.feed.begin(now, h.polls.ids())
+	batch := h.feed.begin(now, h.polls.heardAll(now))
 	// Even an empty batch commits: it is also this replica's probe of
 	// its store (Ready, and Sync refusing at once while it fails).
 	tctx, cancel := context.WithTimeout(ctx, h.feed.every)

@@ -155,7 +155,7 @@ func TestOverloadedHubFailsNothingOffline(t *testing.T) {
 	// Another machine stays in touch throughout (its poll held), so the
 	// hub is not simply cut off from every machine.
 	h.machine("m-2")
-	_, release := h.polls.wait("m-2")
+	_, release := h.polls.wait("m-2", nil)
 	defer release()
 
 	// Its report waits in the hub's queue, behind a commit that does not

@@ -77,9 +77,14 @@ type Config struct {
 	URL string
 }
 
-// Defaults from ADR-0016 and the issues that refine it.
+// Defaults from ADR-0016 and the issues that refine it. The poll hold is
+// long because it is not the sign of life: the connection's keepalive is
+// (every 25 s, from the hub's kernel; WithSignOfLife), so a poll answered
+// when nothing changed is just traffic. Ten minutes make polls a quarter
+// of an idle agent's bytes and most of its hub CPU gone
+// (docs/performance.md); a missed wake-up costs at most that long.
 const (
-	DefaultPollTimeout         = 25 * time.Second
+	DefaultPollTimeout         = 10 * time.Minute
 	DefaultOfflineAfter        = 45 * time.Second
 	DefaultOfflineFailAfter    = 10 * time.Minute
 	DefaultProvisioningTimeout = 15 * time.Minute
@@ -205,7 +210,7 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 	h.feed = newPresenceFeed(touchEvery(cfg.OfflineAfter))
 	h.presence = presence{
 		clk: cfg.Clock, offlineAfter: cfg.OfflineAfter, failAfter: cfg.OfflineFailAfter,
-		started: h.started, connected: h.polls.connected, feed: h.feed,
+		started: h.started, held: h.polls.heardAt, feed: h.feed,
 	}
 	h.ctls.byName = map[string]*Controller{}
 	h.addRegion(cfg.Region)

@@ -42,6 +42,9 @@ type polls struct {
 
 type poll struct {
 	wake chan struct{}
+	// heard is when the poll's connection last showed its peer alive;
+	// nil for a poll without one (the in-process agent), always alive.
+	heard func() time.Time
 	// superseded is set, under polls.mu, when a newer poll replaced this one.
 	superseded bool
 	// committed is when the change that woke it was committed, set
@@ -51,14 +54,16 @@ type poll struct {
 
 // wait registers a poll of machineID, replacing the one waiting, and
 // returns it with a release func to call when the poll stops waiting.
-func (p *polls) wait(machineID string) (*poll, func()) {
+// heard, if not nil, is when the poll's connection last showed its peer
+// alive (WithSignOfLife).
+func (p *polls) wait(machineID string, heard func() time.Time) (*poll, func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if old := p.waiting[machineID]; old != nil {
 		old.superseded = true
 		close(old.wake)
 	}
-	w := &poll{wake: make(chan struct{})}
+	w := &poll{wake: make(chan struct{}), heard: heard}
 	p.waiting[machineID] = w
 	return w, func() {
 		p.mu.Lock()
@@ -112,11 +117,52 @@ func (p *polls) connected(machineID string) bool {
 	return p.waiting[machineID] != nil
 }
 
-// ids returns the machines whose polls wait now.
-func (p *polls) ids() []string {
+// heardAt is, when a poll of machineID waits, when its connection last
+// showed the machine alive; now for a poll without a connection.
+func (p *polls) heardAt(machineID string, now time.Time) (time.Time, bool) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Collect(maps.Keys(p.waiting))
+	w := p.waiting[machineID]
+	p.mu.Unlock()
+	if w == nil {
+		return time.Time{}, false
+	}
+	return w.signOfLife(now), true
+}
+
+func (w *poll) signOfLife(now time.Time) time.Time {
+	if w.heard == nil {
+		return now
+	}
+	return w.heard()
+}
+
+// heardAll is heardAt for every poll waiting now.
+func (p *polls) heardAll(now time.Time) map[string]time.Time {
+	p.mu.Lock()
+	waiting := maps.Clone(p.waiting)
+	p.mu.Unlock()
+	out := make(map[string]time.Time, len(waiting))
+	for id, w := range waiting {
+		out[id] = w.signOfLife(now)
+	}
+	return out
+}
+
+// signOfLifeKey carries a sync's WithSignOfLife.
+type signOfLifeKey struct{}
+
+// WithSignOfLife returns ctx carrying heard: when the connection of the
+// sync in ctx last showed its peer alive (a byte read, or the kernel's
+// keepalive answered). A poll held on that connection counts as contact
+// with its machine only as of then (rule 8), so a host that vanishes
+// during a long hold still goes offline 45 s after its last sign of life.
+func WithSignOfLife(ctx context.Context, heard func() time.Time) context.Context {
+	return context.WithValue(ctx, signOfLifeKey{}, heard)
+}
+
+func signOfLifeOf(ctx context.Context) func() time.Time {
+	f, _ := ctx.Value(signOfLifeKey{}).(func() time.Time)
+	return f
 }
 
 // Wake answers machineID's waiting long poll at once, so its agent fetches

@@ -11,8 +11,9 @@ import (
 // offline. Every caller (placement's fleet, observe, sweep, the recording
 // of reports, settling, the admin views) asks it, so the rule lives here.
 //
-// A machine is online while a poll of it waits or it synced within
-// offlineAfter. The hub's own downtime never counts against a machine:
+// A machine is online while it synced within offlineAfter, or a poll of it
+// waits on a connection that showed it alive within offlineAfter (a long
+// hold alone proves nothing: the host may have vanished since it began). The hub's own downtime never counts against a machine:
 // the time it was missed starts no earlier than this hub's start.
 type presence struct {
 	clk clock.Clock
@@ -23,8 +24,9 @@ type presence struct {
 	failAfter time.Duration
 	// started is when this hub process started.
 	started time.Time
-	// connected reports whether a poll of the machine waits now.
-	connected func(machineID string) bool
+	// held reports, when a poll of the machine waits now, when its
+	// connection last showed the machine alive.
+	held func(machineID string, now time.Time) (time.Time, bool)
 	// feed is this replica's presence batches (feed.go).
 	feed *presenceFeed
 }
@@ -45,25 +47,36 @@ func (p presence) online(m store.Machine) bool { return p.onlineAt(m.ID, m.LastS
 // onlineAt is online for a machine known by its ID and last sync, at now:
 // for judging a whole region at one instant.
 func (p presence) onlineAt(id string, lastSync, now time.Time) bool {
-	return !lastSync.IsZero() && now.Sub(lastSync) < p.offlineAfter || p.connected(id)
+	if !lastSync.IsZero() && now.Sub(lastSync) < p.offlineAfter {
+		return true
+	}
+	heard, ok := p.held(id, now)
+	return ok && now.Sub(heard) < p.offlineAfter
 }
 
-// offlineFor is how long this hub has missed m: zero while a poll of it
-// waits, and never counting from before this hub started.
+// offlineFor is how long this hub has missed m: since its last sync, or
+// its waiting poll's last sign of life, and never counting from before
+// this hub started.
 func (p presence) offlineFor(m store.Machine) time.Duration {
 	return p.silentFor(store.LastSync{Machine: m.ID, At: m.LastSync})
 }
 
 // silentFor is offlineFor for a machine known by its last sync alone.
 func (p presence) silentFor(l store.LastSync) time.Duration {
-	if p.connected(l.Machine) {
-		return 0
-	}
+	now := p.clk.Now()
 	last := l.At
 	if last.Before(p.started) {
 		last = p.started
 	}
-	return p.clk.Now().Sub(last)
+	if now.Sub(last) < p.offlineAfter {
+		// Heard lately by the store alone: a waiting poll's sign of life
+		// (a kernel call per poll) cannot change a verdict.
+		return now.Sub(last)
+	}
+	if heard, ok := p.held(l.Machine, now); ok && heard.After(last) {
+		last = heard
+	}
+	return max(now.Sub(last), 0)
 }
 
 // heard reports whether this hub heard from m within offlineAfter.

@@ -37,7 +37,7 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 	}
 	// Wait before reading the generation, so a wake between the read and
 	// the wait is not lost.
-	w, release := h.polls.wait(machineID)
+	w, release := h.polls.wait(machineID, signOfLifeOf(ctx))
 	rec, ok := h.recordWithin(machineID, req, release)
 	if !ok {
 		// The store has not committed the report within a presence

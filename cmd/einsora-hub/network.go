@@ -55,7 +55,7 @@ authority in --data. SIGINT or SIGTERM drains: waiting agents are told to reconn
 	f.StringArrayVar(&opts.Names, "name", nil, "a host name or address agents use to reach the hub (repeatable); the server certificate holds it")
 	f.StringVar(&opts.Hub.URL, "url", "", "this replica's own URL as agents reach it (https://HOST:PORT), not a load balancer's; replicas on one store publish it to each other")
 	f.StringVar(&opts.DrainTo, "drain-to", "", "on shutdown, send waiting agents to this hub URL (https://HOST:PORT) instead of back here")
-	f.DurationVar(&opts.Hub.PollTimeout, "poll-timeout", 0, "how long a sync is held when nothing changed (default 25s)")
+	f.DurationVar(&opts.Hub.PollTimeout, "poll-timeout", 0, "how long a sync is held when nothing changed (default 10m)")
 	f.DurationVar(&opts.Hub.OfflineAfter, "offline-after", 0, "how long a machine may be silent and still be online; replicas write presence every third of it (default 45s)")
 	f.DurationVar(&opts.Hub.OfflineFailAfter, "offline-fail-after", 0, "how long a machine may be silent before its running workloads fail and its stopping ones are stopped (default 10m)")
 	f.DurationVar(&opts.ClientCertLifetime, "cert-lifetime", 0, "how long machines' certificates are valid (default 720h); agents renew at about 70%")

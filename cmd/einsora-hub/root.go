@@ -78,7 +78,7 @@ func soloCmd() *cobra.Command {
 	cmd.Flags().StringVar(&opts.AdminAddr, "admin", "127.0.0.1:7480", "address of the admin API; beyond loopback it needs --admin-insecure")
 	cmd.Flags().BoolVar(&opts.AdminInsecure, "admin-insecure", false, "let the admin API listen beyond loopback, the admin token crossing the network in cleartext")
 	cmd.Flags().StringVar(&opts.Drivers, "drivers", "auto", "drivers the in-process agent offers: sim, docker, docker-sandbox, macos-native, or auto (every real runtime that answers; never sim)")
-	cmd.Flags().DurationVar(&opts.Hub.PollTimeout, "poll-timeout", 0, "how long a sync is held when nothing changed (default 25s)")
+	cmd.Flags().DurationVar(&opts.Hub.PollTimeout, "poll-timeout", 0, "how long a sync is held when nothing changed (default 10m)")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "log debug messages")
 	cmd.Flags().Var(&format, "log-format", "log as text or json (one object a line)")
 	return cmd

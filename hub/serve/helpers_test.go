@@ -49,6 +49,9 @@ type envOptions struct {
 	limits       serve.Limits
 	// wrap, if set, wraps the store the hub uses.
 	wrap func(store.Store) store.Store
+	// offlineAfter is the hub's, and sizes its keepalives; 0 means the
+	// default.
+	offlineAfter time.Duration
 }
 
 func startEnv(t *testing.T, opts envOptions) *env {
@@ -77,7 +80,7 @@ func (e *env) start() {
 	}
 	e.hub, err = hub.New(context.Background(), hub.Config{
 		Store: st, CA: e.ca, Logger: discard, PollTimeout: e.opts.pollTimeout, Region: "r1", AllowSim: true,
-		ControllerInterval: 200 * time.Millisecond,
+		ControllerInterval: 200 * time.Millisecond, OfflineAfter: e.opts.offlineAfter,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +89,7 @@ func (e *env) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := serve.Listen(context.Background(), e.addr)
+	ln, err := serve.ListenFor(context.Background(), e.addr, e.opts.offlineAfter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +97,7 @@ func (e *env) start() {
 	e.url = "https://" + e.addr
 	e.srv = serve.NewServer(serve.Config{
 		Hub: e.hub, CA: e.ca, Certificate: cert, Logger: discard, PollTimeout: e.opts.pollTimeout,
-		DrainTo: e.opts.drainTo, Limits: e.opts.limits,
+		DrainTo: e.opts.drainTo, Limits: e.opts.limits, OfflineAfter: e.opts.offlineAfter,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel

@@ -387,6 +387,7 @@ type countingListener struct {
 	timeout   time.Duration
 	anonLife  time.Duration
 	refused   *atomic.Int64
+	now       func() time.Time
 }
 
 // Accept accepts the next connection its source may hold. While every
@@ -406,7 +407,9 @@ func (l *countingListener) Accept() (net.Conn, error) {
 			c.Close()
 			continue
 		}
-		cc := &countedConn{Conn: c, slots: l.slots, sources: l.untrusted, key: key, timeout: l.timeout, anonLife: l.anonLife}
+		boundUnacked(c, unackedFor)
+		cc := &countedConn{Conn: c, slots: l.slots, sources: l.untrusted, key: key, timeout: l.timeout, anonLife: l.anonLife, now: l.now}
+		cc.lastRead.Store(l.now().UnixNano())
 		by := time.Now().Add(l.timeout)
 		cc.handshakeBy.Store(by.UnixNano())
 		cc.holdsSource.Store(true)
@@ -475,6 +478,9 @@ type countedConn struct {
 	// of its life, or a second after it went idle once served.
 	served atomic.Bool
 	idleBy atomic.Int64
+	// lastRead (Unix nanoseconds, by now) is when a byte last came.
+	lastRead atomic.Int64
+	now      func() time.Time
 }
 
 // anonLinger is how long an anonymous connection may stay open once it is
@@ -525,10 +531,26 @@ func (c *countedConn) Read(b []byte) (int, error) {
 		c.end()
 	}
 	n, err := c.Conn.Read(b)
-	if n > 0 && c.spokeOnce.Load() && !c.handshook.Load() {
-		c.heard.Store(true)
+	if n > 0 {
+		c.lastRead.Store(c.now().UnixNano())
+		if c.spokeOnce.Load() && !c.handshook.Load() {
+			c.heard.Store(true)
+		}
 	}
 	return n, err
+}
+
+// signOfLife is when the peer last showed itself alive: the last byte
+// read, or its kernel's last acknowledgement (keepalive answers too),
+// whichever is later.
+func (c *countedConn) signOfLife() time.Time {
+	at := time.Unix(0, c.lastRead.Load())
+	if ago, ok := sinceLastAck(c.Conn); ok {
+		if acked := c.now().Add(-ago); acked.After(at) {
+			at = acked
+		}
+	}
+	return at
 }
 
 // end gives the slot back, once.

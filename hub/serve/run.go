@@ -148,7 +148,7 @@ func Run(ctx context.Context, opts Options) error {
 		log.Warn("the admin API listens beyond loopback; anyone who reaches it with the admin token administers the hub",
 			"admin", adminLn.Addr(), "tls", adminTLS != nil)
 	}
-	agentLn, err := Listen(ctx, opts.Listen)
+	agentLn, err := ListenFor(ctx, opts.Listen, opts.Hub.OfflineAfter)
 	if err != nil {
 		return errorf("agents' API: %w (pick another address with --listen)", err)
 	}
@@ -160,7 +160,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	srv := NewServer(Config{
 		Hub: h, CA: authority, Certificate: cert, Clock: clk, Logger: log,
-		PollTimeout: opts.Hub.PollTimeout, DrainTo: opts.DrainTo, Limits: opts.Limits,
+		PollTimeout: opts.Hub.PollTimeout, OfflineAfter: opts.Hub.OfflineAfter, DrainTo: opts.DrainTo, Limits: opts.Limits,
 		Metrics: m, Readyz: health.Readyz,
 	})
 	lim := opts.Limits.withDefaults(runtime.GOMAXPROCS(0))

@@ -27,19 +27,24 @@ import (
 	"einsora.dev/edge/protocol"
 )
 
-// Keepalives of the hub's side. The agent pings (hubclient.PingAfter) and
-// its polls arrive every poll hold, so the hub's pings are the backstop that
-// frees connections of agents that vanished: after PingAfter without a
-// frame, a ping, and the connection closes if it is not answered within
-// PingTimeout. A vanished agent's poll ends at the hold anyway, so its
-// machine goes offline on the 45 s rule. TCP keepalives come after that, for
-// HTTP/1.1. docs/operations.md has the reasoning and the figures.
+// Keepalives of the hub's side, which make the sign of life of a held
+// poll (rule 8 on a long hold; hub.WithSignOfLife). The hub's kernel
+// probes a connection silent for KeepAliveIdle, and on Linux the hub reads
+// when the peer last answered (TCP_INFO): about 100 bytes every 25 s and
+// no CPU of the hub's, where an HTTP/2 ping costs twice the bytes and a
+// wake-up of each side. A peer that stops answering is dropped after
+// KeepAliveCount probes KeepAliveIntvl apart, and its machine is offline
+// 45 s after its last answer. Where the kernel does not tell (not Linux),
+// the hub pings over HTTP/2 every KeepAliveIdle instead; on Linux its
+// ping comes only after a poll hold without a frame: the backstop for a
+// peer whose kernel answers but whose agent does not (a hung process),
+// closing the connection if not answered within PingTimeout.
+// docs/operations.md has the reasoning and the figures.
 const (
-	PingAfter      = 45 * time.Second
-	PingTimeout    = 10 * time.Second
-	KeepAliveIdle  = 60 * time.Second
-	KeepAliveIntvl = 10 * time.Second
+	KeepAliveIdle  = 25 * time.Second
+	KeepAliveIntvl = 5 * time.Second
 	KeepAliveCount = 3
+	PingTimeout    = 10 * time.Second
 	// maxStreams bounds the requests one connection carries at once: an
 	// agent needs two (its poll and a renewal).
 	maxStreams = 8
@@ -55,6 +60,9 @@ type Config struct {
 	Logger      *slog.Logger
 	// PollTimeout is the hub's poll hold; the write timeout is above it.
 	PollTimeout time.Duration
+	// OfflineAfter is the hub's offline rule (0: the default), which sizes
+	// the HTTP/2 pings where they are the sign of life (KeepAliveIdleFor).
+	OfflineAfter time.Duration
 	// DrainTo is where a draining hub sends its agents; "" means back to
 	// this address, once it is up again.
 	DrainTo string
@@ -154,7 +162,7 @@ func NewServer(cfg Config) *Server {
 	}
 	mux := http.NewServeMux()
 	identify := s.identify
-	mux.Handle(protocol.SyncPath, counted(s.metrics.SyncResult, s.limitMachine(s.drainable(s.api.SyncHandler(identify)))))
+	mux.Handle(protocol.SyncPath, counted(s.metrics.SyncResult, s.limitMachine(s.drainable(withSignOfLife(s.api.SyncHandler(identify))))))
 	mux.Handle(protocol.RenewPath, counted(s.metrics.Renewal, s.limitMachine(s.api.RenewHandler(identify))))
 	mux.Handle(protocol.LogsPath, s.limitMachine(s.api.LogsHandler(identify)))
 	mux.Handle(protocol.EnrollPath, counted(s.metrics.Enrolment, s.api.EnrollHandler()))
@@ -170,7 +178,7 @@ func NewServer(cfg Config) *Server {
 		MaxHeaderBytes: 16 << 10,
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams: maxStreams,
-			SendPingTimeout:      PingAfter,
+			SendPingTimeout:      pingAfter(cfg.PollTimeout, KeepAliveIdleFor(cfg.OfflineAfter)),
 			PingTimeout:          PingTimeout,
 		},
 		// Refused handshakes are the agents' business, not the
@@ -194,24 +202,61 @@ func NewServer(cfg Config) *Server {
 	return s
 }
 
+// pingAfter is how long a connection may send no frame before the hub
+// pings it over HTTP/2 (see KeepAliveIdle), for a poll hold and the
+// keepalive idle time.
+func pingAfter(hold, idle time.Duration) time.Duration {
+	if kernelSignOfLife {
+		return hold + 30*time.Second
+	}
+	return idle
+}
+
+// unackedFor is how long data the hub sent may stay unacknowledged before
+// its kernel drops the connection: as long as keepalive takes to give up.
+const unackedFor = KeepAliveIdle + KeepAliveCount*KeepAliveIntvl
+
 // TLSConfig is the server's TLS configuration, without the accounting of
 // handshakes in flight: TLS 1.3 only, client certificates verified against
 // the CA when given, revoked and unknown machines refused in
 // VerifyConnection (which runs on resumed sessions too).
 func (s *Server) TLSConfig() *tls.Config { return s.base.Clone() }
 
-// Listen listens on addr with the TCP keepalives of the package.
+// Listen listens on addr with the TCP keepalives of the package, for the
+// default offline rule.
 func Listen(ctx context.Context, addr string) (net.Listener, error) {
+	return ListenFor(ctx, addr, 0)
+}
+
+// ListenFor listens on addr with the TCP keepalives of the package, their
+// idle time sized to the offline rule offlineAfter (0: the default).
+func ListenFor(ctx context.Context, addr string, offlineAfter time.Duration) (net.Listener, error) {
+	idle := KeepAliveIdleFor(offlineAfter)
+	// Once a probe is answered the next comes after the idle time or the
+	// interval, whichever is longer: the interval must not be longer.
+	intvl := max(min(KeepAliveIntvl, idle/5), time.Second)
 	lc := net.ListenConfig{KeepAliveConfig: net.KeepAliveConfig{
-		Enable: true, Idle: KeepAliveIdle, Interval: KeepAliveIntvl, Count: KeepAliveCount,
+		Enable: true, Idle: idle, Interval: intvl, Count: KeepAliveCount,
 	}}
 	return lc.Listen(ctx, "tcp", addr)
+}
+
+// KeepAliveIdleFor is the hub's keepalive idle time for an offline rule of
+// offlineAfter: KeepAliveIdle at the default 45 s, proportionally shorter
+// below it. A held poll's sign of life then comes within 5/9 of the rule,
+// which leaves a third of it for the presence batch that carries it to the
+// store, where the other replicas read it.
+func KeepAliveIdleFor(offlineAfter time.Duration) time.Duration {
+	if offlineAfter <= 0 {
+		return KeepAliveIdle
+	}
+	return max(min(KeepAliveIdle, offlineAfter*5/9), time.Second)
 }
 
 // Serve serves agents on ln until Drain or Close; then it returns nil.
 func (s *Server) Serve(ln net.Listener) error {
 	err := s.srv.ServeTLS(&countingListener{
-		Listener: ln, slots: s.handshakes, untrusted: s.untrusted,
+		Listener: ln, slots: s.handshakes, untrusted: s.untrusted, now: s.clk.Now,
 		timeout: s.limits.HandshakeTimeout, refused: &s.refused,
 		// Time for one request's header and its longest body.
 		anonLife: s.limits.ReadHeaderTimeout + s.limits.BodyTimeoutMax,
@@ -356,6 +401,19 @@ func (s *Server) limitMachine(next http.Handler) http.Handler {
 			r = r.WithContext(hub.OnWoken(r.Context(), func() { s.machines.refund(id) }))
 		}
 		next.ServeHTTP(w, r) // which answers 401 without a certificate
+	})
+}
+
+// withSignOfLife tells the hub how to know when the connection of a sync
+// last showed its peer alive, for the poll it may hold (rule 8).
+func withSignOfLife(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+			if cc := countedOf(c); cc != nil {
+				r = r.WithContext(hub.WithSignOfLife(r.Context(), cc.signOfLife))
+			}
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 
