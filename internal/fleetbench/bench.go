@@ -29,7 +29,8 @@ type Config struct {
 	// again as the baseline server.
 	HubBin, Self string
 	// Window is how long idle CPU and traffic are measured: at least one
-	// poll hold (25 s) for a fair count of polls.
+	// poll hold of the hub (10 minutes by default) for a fair count of
+	// polls.
 	Window time.Duration
 	// Changes is the number of single-workload changes measured.
 	Changes int

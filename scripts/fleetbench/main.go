@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"time"
 
+	"einsora.dev/edge/hub"
 	"einsora.dev/edge/internal/fleetbench"
 )
 
@@ -26,7 +27,7 @@ func main() {
 	var cfg fleetbench.Config
 	flag.IntVar(&cfg.N, "n", 1000, "simulated agents")
 	flag.StringVar(&cfg.HubBin, "hub", "bin/einsora-hub", "the einsora-hub binary to measure")
-	flag.DurationVar(&cfg.Window, "window", 50*time.Second, "how long idle CPU and traffic are measured: a whole number of poll holds (25 s), so every agent polls as often in it")
+	flag.DurationVar(&cfg.Window, "window", hub.DefaultPollTimeout, "how long idle CPU and traffic are measured: at least the hub's poll hold (10m), so every agent polls in it (the baseline's 25 s holds divide it)")
 	flag.IntVar(&cfg.Changes, "changes", 60, "single-workload changes measured (create, park, run cycles)")
 	keep := flag.Bool("keep", false, "keep the hub's data directory and logs")
 	flag.BoolVar(&cfg.HTTP1, "http1", false, "agents speak HTTP/1.1 instead of HTTP/2, to compare the servers' memory per held poll")
