@@ -77,6 +77,16 @@ func TestIdlePollsWriteInBatches(t *testing.T) {
 	}
 }
 
+// online is whether the admin view shows machine id online.
+func (h *testHub) online(id string) bool {
+	h.t.Helper()
+	v, err := h.Machine(context.Background(), id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return v.Online
+}
+
 func (h *testHub) machineRow(id string) store.Machine {
 	h.t.Helper()
 	var m store.Machine
@@ -104,20 +114,12 @@ func TestVanishedHostGoesOfflineAfter45s(t *testing.T) {
 	if err := h.touch(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	online := func() bool {
-		t.Helper()
-		v, err := h.Machine(context.Background(), "m-1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v.Online
-	}
 	h.clk.Advance(last.Add(44 * time.Second).Sub(h.clk.Now()))
-	if !online() {
+	if !h.online("m-1") {
 		t.Errorf("offline 44 s after it was last heard")
 	}
 	h.clk.Advance(2 * time.Second)
-	if online() {
+	if h.online("m-1") {
 		t.Errorf("online 46 s after it was last heard")
 	}
 }

@@ -89,19 +89,11 @@ func TestRule8_HeldPollOnlineOnlyAsOfItsConnectionsSignOfLife(t *testing.T) {
 		done <- err
 	}()
 	waitTimers(t, h.clk, 1)
-	online := func() bool {
-		t.Helper()
-		v, err := h.Machine(context.Background(), "m-1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v.Online
-	}
 	// Alive for two minutes of the hold: a sign of life every 25 s.
 	for range 5 {
 		h.clk.Advance(25 * time.Second)
 		heard.Store(h.clk.Now().UnixNano())
-		if !online() {
+		if !h.online("m-1") {
 			t.Fatalf("offline at %s into the hold while its connection answers", h.clk.Now().Sub(epoch))
 		}
 	}
@@ -115,11 +107,11 @@ func TestRule8_HeldPollOnlineOnlyAsOfItsConnectionsSignOfLife(t *testing.T) {
 	}
 	// The host vanishes: nothing more is heard, the poll still waits.
 	h.clk.Advance(39 * time.Second)
-	if !online() {
+	if !h.online("m-1") {
 		t.Fatal("offline 44 s after its last sign of life")
 	}
 	h.clk.Advance(time.Second)
-	if online() {
+	if h.online("m-1") {
 		t.Error("online 45 s after its last sign of life: a held poll alone counted as contact")
 	}
 	select {

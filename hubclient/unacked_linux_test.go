@@ -3,10 +3,9 @@ package hubclient
 import (
 	"context"
 	"net"
-	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"einsora.dev/edge/internal/testnet"
 )
 
 // A connection the agent dials drops data left unacknowledged as long as
@@ -22,14 +21,7 @@ func TestDialedConnectionsBoundUnacknowledgedData(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	rc, err := c.(syscall.Conn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got int
-	var gerr error
-	rc.Control(func(fd uintptr) { got, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT) })
-	if gerr != nil || got != int(unackedFor.Milliseconds()) {
-		t.Errorf("TCP_USER_TIMEOUT %d ms (%v), want %d", got, gerr, unackedFor.Milliseconds())
+	if got, err := testnet.UserTimeout(c); err != nil || got != unackedFor {
+		t.Errorf("TCP_USER_TIMEOUT %s (%v), want %s", got, err, unackedFor)
 	}
 }

@@ -3,11 +3,10 @@ package serve
 import (
 	"net"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"einsora.dev/edge/internal/testnet"
 )
 
 // A connection the hub accepts drops data left unacknowledged as long as
@@ -34,14 +33,7 @@ func TestAcceptedConnectionsBoundUnacknowledgedData(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	rc, err := c.(*countedConn).Conn.(syscall.Conn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got int
-	var gerr error
-	rc.Control(func(fd uintptr) { got, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT) })
-	if gerr != nil || got != int(unackedFor.Milliseconds()) {
-		t.Errorf("TCP_USER_TIMEOUT %d ms (%v), want %d", got, gerr, unackedFor.Milliseconds())
+	if got, err := testnet.UserTimeout(c.(*countedConn).Conn); err != nil || got != unackedFor {
+		t.Errorf("TCP_USER_TIMEOUT %s (%v), want %s", got, err, unackedFor)
 	}
 }
