@@ -138,9 +138,10 @@ func verifyPinned(cs tls.ConnectionState, fp [32]byte, host string) error {
 	return nil
 }
 
-// dialer dials with TCP keepalives and the bound on unacknowledged data
-// set as the package's constants say.
-func dialer() *net.Dialer {
+// NewDialer returns a dialer with TCP keepalives and the bound on
+// unacknowledged data set as the package's constants say: what an agent's
+// connections get, for a DialContext of one's own (tests, benchmarks).
+func NewDialer() *net.Dialer {
 	return &net.Dialer{
 		Timeout: 10 * time.Second,
 		KeepAliveConfig: net.KeepAliveConfig{
@@ -158,7 +159,7 @@ func dialer() *net.Dialer {
 
 func newHTTPTransport(tc *tls.Config) *http.Transport {
 	return &http.Transport{
-		DialContext:         dialer().DialContext,
+		DialContext:         NewDialer().DialContext,
 		TLSClientConfig:     tc,
 		TLSHandshakeTimeout: 15 * time.Second,
 		ForceAttemptHTTP2:   true,

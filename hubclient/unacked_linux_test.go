@@ -16,7 +16,7 @@ func TestDialedConnectionsBoundUnacknowledgedData(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	c, err := dialer().DialContext(context.Background(), "tcp", ln.Addr().String())
+	c, err := NewDialer().DialContext(context.Background(), "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"einsora.dev/edge/hubclient"
 )
 
 // cpuTime is the CPU time process pid's threads have used, in
@@ -89,7 +91,10 @@ type meter struct {
 
 // dialer dials from agent i's source address, counting.
 func (m *meter) dialer(i int) dialFunc {
-	d := &net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: sourceAddr(i)}}
+	// An agent's keepalives, not Go's default (every 15 s), which would
+	// triple the idle traffic on the wire.
+	d := hubclient.NewDialer()
+	d.LocalAddr = &net.TCPAddr{IP: sourceAddr(i)}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
