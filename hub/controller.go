@@ -96,7 +96,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	for {
 		leading, changed := c.Leadership()
 		if leading {
-			if err := c.passFor(ctx, timed); err != nil && ctx.Err() == nil {
+			if err := c.passFor(ctx, timed && c.sweepDue()); err != nil && ctx.Err() == nil {
 				c.log.Error("controller pass failed", "err", err)
 				if errors.Is(err, ErrNotLeader) {
 					c.setEpoch(0)
@@ -111,6 +111,8 @@ func (c *Controller) Run(ctx context.Context) error {
 			return nil
 		case <-c.kick:
 		case <-changed:
+			// A new term sweeps at once.
+			c.swept = time.Time{}
 			timed = true
 		case <-t.C():
 			timed = true
@@ -147,16 +149,16 @@ func (c *Controller) Pass(ctx context.Context) error {
 	return c.pass(ctx)
 }
 
-// pass is a timed pass: it sweeps.
+// pass is an explicit pass: it sweeps.
 func (c *Controller) pass(ctx context.Context) error { return c.passFor(ctx, true) }
 
 // passFor observes what machines reported and admits what waits, which is
 // what a change wakes it for. Sweeping and checking the capacity view are
-// time-driven, since each reads the whole region: a pass sweeps when timed
-// (its timer fired, a new term, an explicit Pass) or ControllerInterval
-// has passed since the last sweep, not on every change; it checks the view
-// when viewCheckEvery has passed.
-func (c *Controller) passFor(ctx context.Context, timed bool) error {
+// time-driven, since each reads the whole region: a pass sweeps when told
+// to (an explicit Pass; the loop's timer once sweepEvery has passed, or a
+// new term) or sweepEvery has passed since the last sweep, not on every
+// change; it checks the view when viewCheckEvery has passed.
+func (c *Controller) passFor(ctx context.Context, sweep bool) error {
 	now := c.clk.Now()
 	defer c.timePass(now)
 	errs := []error{c.observe(ctx), c.admit(ctx)}
@@ -164,12 +166,26 @@ func (c *Controller) passFor(ctx context.Context, timed bool) error {
 		_, err := c.checkCapacity(ctx)
 		errs = append(errs, err)
 	}
-	if timed || now.Sub(c.swept) >= c.cfg.ControllerInterval {
+	if sweep || c.sweepDue() {
 		c.swept = now
 		errs = append(errs, c.sweep(ctx))
 	}
 	return errors.Join(errs...)
 }
+
+// sweepEvery is how often the loop sweeps: the spans it enforces are
+// minutes long (10 minutes offline, 15 provisioning), so a sweep every 2 s
+// (ControllerInterval) read the region's last syncs for precision nobody
+// needs, and was the largest share of an idle hub's CPU. A sweep comes at
+// most 1/40 of the offline failure span and 1/60 of the provisioning
+// timeout late (15 s at the defaults), and never later than a presence
+// batch interval.
+func (c *Controller) sweepEvery() time.Duration {
+	return max(c.cfg.ControllerInterval, min(touchEvery(c.cfg.OfflineAfter), c.cfg.OfflineFailAfter/40, c.cfg.ProvisioningTimeout/60))
+}
+
+// sweepDue reports whether sweepEvery has passed since the last sweep.
+func (c *Controller) sweepDue() bool { return c.clk.Now().Sub(c.swept) >= c.sweepEvery() }
 
 // viewCheckEvery is how often the capacity view is checked against a full
 // read, which also refreshes the last syncs it judges presence by: as

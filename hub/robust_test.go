@@ -430,3 +430,27 @@ func TestRule8_OfflineMachinesStatusesDecideNothing(t *testing.T) {
 	h.pass()
 	wantState(t, h, w.ID, store.StateProvisioning)
 }
+
+// Rule 8 and rule 11 are enforced by the sweep, which the loop runs every
+// sweepEvery: late by at most 1/40 of the offline failure span and 1/60
+// of the provisioning timeout, never by more than a presence batch, and
+// never more often than the controller ticks.
+func TestSweepIsLateByAFractionOfTheSpansItEnforces(t *testing.T) {
+	h := newTestHub(t)
+	c := h.ctl
+	if got := c.sweepEvery(); got != 15*time.Second {
+		t.Errorf("sweep every %s at the defaults, want 15s", got)
+	}
+	c.cfg.OfflineFailAfter = 4 * time.Minute
+	if got := c.sweepEvery(); got != 6*time.Second {
+		t.Errorf("sweep every %s for a 4 min offline failure, want 6s", got)
+	}
+	c.cfg.ProvisioningTimeout = 3 * time.Minute
+	if got := c.sweepEvery(); got != 3*time.Second {
+		t.Errorf("sweep every %s for a 3 min provisioning timeout, want 3s", got)
+	}
+	c.cfg.OfflineFailAfter = 20 * time.Second
+	if got := c.sweepEvery(); got != c.cfg.ControllerInterval {
+		t.Errorf("sweep every %s for a 20 s offline failure, want the controller interval %s", got, c.cfg.ControllerInterval)
+	}
+}
