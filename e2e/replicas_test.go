@@ -375,7 +375,8 @@ func TestCutReplicasAgentsMoveAndNothingFails(t *testing.T) {
 	rs.must(cut, "workload", "wait", after, "--state", "running", "--timeout", "60s")
 	for _, m := range rs.machines(leader) {
 		// The agent reports what it applied on its next sync, which may
-		// be a poll held for --poll-timeout (25 s).
+		// be a poll held for --poll-timeout (10 minutes by default),
+		// cut short by the news of what it applied.
 		rs.eventually(60*time.Second, "machine "+m.ID+" applying its desired state", func() bool {
 			var g machineView
 			json.Unmarshal([]byte(rs.must(leader, "machine", "show", m.ID, "--json")), &g)

@@ -92,11 +92,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	wg.Go(func() { c.keepLease(lctx) })
 	t := c.clk.NewTimer(c.cfg.ControllerInterval)
 	defer t.Stop()
-	timed := true
+	// The first pass and a new term's sweep at once; others when
+	// sweepEvery has passed (passFor).
+	c.swept = time.Time{}
 	for {
 		leading, changed := c.Leadership()
 		if leading {
-			if err := c.passFor(ctx, timed && c.sweepDue()); err != nil && ctx.Err() == nil {
+			if err := c.passFor(ctx, false); err != nil && ctx.Err() == nil {
 				c.log.Error("controller pass failed", "err", err)
 				if errors.Is(err, ErrNotLeader) {
 					c.setEpoch(0)
@@ -105,17 +107,13 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}
 		t.Reset(c.cfg.ControllerInterval)
-		timed = false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-c.kick:
 		case <-changed:
-			// A new term sweeps at once.
 			c.swept = time.Time{}
-			timed = true
 		case <-t.C():
-			timed = true
 		}
 	}
 }
@@ -155,8 +153,8 @@ func (c *Controller) pass(ctx context.Context) error { return c.passFor(ctx, tru
 // passFor observes what machines reported and admits what waits, which is
 // what a change wakes it for. Sweeping and checking the capacity view are
 // time-driven, since each reads the whole region: a pass sweeps when told
-// to (an explicit Pass; the loop's timer once sweepEvery has passed, or a
-// new term) or sweepEvery has passed since the last sweep, not on every
+// to (an explicit Pass) or sweepEvery has passed since the last sweep
+// (the loop clears it for its first pass and a new term), not on every
 // change; it checks the view when viewCheckEvery has passed.
 func (c *Controller) passFor(ctx context.Context, sweep bool) error {
 	now := c.clk.Now()

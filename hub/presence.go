@@ -13,7 +13,8 @@ import (
 //
 // A machine is online while it synced within offlineAfter, or a poll of it
 // waits on a connection that showed it alive within offlineAfter (a long
-// hold alone proves nothing: the host may have vanished since it began). The hub's own downtime never counts against a machine:
+// hold alone proves nothing: the host may have vanished since it began).
+// The hub's own downtime never counts against a machine:
 // the time it was missed starts no earlier than this hub's start.
 type presence struct {
 	clk clock.Clock
