@@ -49,6 +49,10 @@ type Backend interface {
 	// Forget drops what the runtime keeps in memory of the store: the
 	// next Capacity reads it whole (a new term, missed notifications).
 	Forget()
+	// Heard tells the runtime the region's last syncs as the sweep read
+	// them, so a view that judges presence by the last syncs it keeps
+	// sees what the presence batches wrote since.
+	Heard(ls []store.LastSync)
 	// Check reads in tx, the old way, what Capacity offers and compares
 	// it with the view Capacity keeps, adopting the full read. It
 	// returns what the view had wrong.
@@ -151,6 +155,8 @@ func (b *agentBackend) Delete(refs ...Ref)    { b.wake(machinesOf(refs)) }
 func (b *agentBackend) Changed(ids ...string) { b.view.touch(ids...) }
 func (b *agentBackend) Forget()               { b.view.forget() }
 func (b *agentBackend) Prepare()              { b.view.prepare() }
+
+func (b *agentBackend) Heard(ls []store.LastSync) { b.view.heard(ls) }
 
 // Confirm checks machineID's record in tx against the view's, on what
 // placement reads of it.

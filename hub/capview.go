@@ -25,7 +25,7 @@ import (
 // and a periodic full read (check) must agree with it.
 //
 // Presence is judged at use time from the cached last sync and the polls
-// held here; the periodic check refreshes the last syncs, which the
+// held here; the sweep refreshes the last syncs (heard), which the
 // presence batches move without telling anyone.
 type capView struct {
 	region string
@@ -219,6 +219,21 @@ func (v *capView) reread(tx store.Tx, id string) error {
 	return nil
 }
 
+// heard takes the last syncs the sweep read: those newer than the view's
+// (an admit batch may have read a machine since the sweep did).
+func (v *capView) heard(ls []store.LastSync) {
+	for _, l := range ls {
+		vm := v.machines[l.Machine]
+		if vm == nil || !l.At.After(vm.m.LastSync) {
+			continue
+		}
+		vm.m.LastSync = l.At
+		if v.listed != nil {
+			v.listed[vm.slot].lastSync = l.At
+		}
+	}
+}
+
 func (v *capView) drop(id string) {
 	if _, ok := v.machines[id]; ok {
 		delete(v.machines, id)
@@ -353,9 +368,8 @@ type viewDiff struct {
 
 // check reads the region whole in tx, after bringing the view up to date
 // with what prepare took, and compares the two as
-// placement would see them. It then adopts the full read, which also
-// refreshes every machine's last sync. It returns the machines the view
-// had wrong.
+// placement would see them. It then adopts the full read. It returns the
+// machines the view had wrong.
 func (v *capView) check(tx store.Tx, classes map[string]store.Class) ([]viewDiff, error) {
 	if err := v.update(tx); err != nil {
 		return nil, err

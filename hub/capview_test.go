@@ -298,3 +298,31 @@ func TestMachineChangedBeforeTheViewWasToldIsNotPlacedOn(t *testing.T) {
 	h.pass()
 	wantState(t, h, second.ID, store.StateQueued)
 }
+
+// The capacity view judges presence by the last syncs it keeps, which
+// presence batches (here another replica's, written behind this hub's
+// back) move without telling it. The sweep's read of the last syncs
+// refreshes them, so a machine in touch with another replica is offered
+// for placement long after the view last read it whole.
+func TestSweepRefreshesTheViewsLastSyncs(t *testing.T) {
+	h := newTestHub(t)
+	ctx := context.Background()
+	h.machine("m-1")
+	h.pass() // reads the view whole, with m-1's first sync
+	h.clk.Advance(30 * time.Second)
+	if err := h.st.Update(ctx, func(tx store.Tx) error { return tx.TouchMachines([]string{"m-1"}, h.clk.Now()) }); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Advance(10 * time.Second)
+	h.pass() // sweeps
+	// 50 s after the sync the view read, 20 s after the other replica's
+	// batch; no sweep or full check is due in this pass.
+	h.clk.Advance(10 * time.Second)
+	w := h.create("web", protocol.KindContainer)
+	if err := h.ctl.passFor(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.workload(w.ID); got.State != store.StateProvisioning || got.Machine != "m-1" {
+		t.Fatalf("workload %s on %q (%s), want provisioning on m-1, online by the batch the sweep read", got.State, got.Machine, got.Reason)
+	}
+}

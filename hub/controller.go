@@ -186,10 +186,12 @@ func (c *Controller) sweepEvery() time.Duration {
 func (c *Controller) sweepDue() bool { return c.clk.Now().Sub(c.swept) >= c.sweepEvery() }
 
 // viewCheckEvery is how often the capacity view is checked against a full
-// read, which also refreshes the last syncs it judges presence by: as
-// often as presence batches are written, so its last syncs are never
-// more than two batches behind the store's.
-func (c *Controller) viewCheckEvery() time.Duration { return touchEvery(c.cfg.OfflineAfter) }
+// read: a safety net for a change the view missed, which a full read of
+// every machine's record and placed workloads finds. It no longer
+// refreshes the last syncs (the sweep does, every sweepEvery), so it
+// comes every 8 presence batches (2 minutes by default): at every batch
+// it was a fifth of an idle hub's CPU.
+func (c *Controller) viewCheckEvery() time.Duration { return 8 * touchEvery(c.cfg.OfflineAfter) }
 
 // checkCapacity reads the region's capacity whole and compares it with
 // the view admission keeps up to date per change (capview.go). The two

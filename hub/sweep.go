@@ -15,6 +15,7 @@ func (c *Controller) sweep(ctx context.Context) error {
 	var (
 		wakes   changes
 		touched []string
+		ls      []store.LastSync
 	)
 	err := c.store.Update(ctx, func(tx store.Tx) error {
 		wakes, touched = wakes[:0], touched[:0]
@@ -23,8 +24,8 @@ func (c *Controller) sweep(ctx context.Context) error {
 		}
 		// Only last syncs: the sweep runs every ControllerInterval, and
 		// decoding every machine's record made it cost the region each time.
-		ls, err := tx.LastSyncs(c.cfg.Region)
-		if err != nil {
+		var err error
+		if ls, err = tx.LastSyncs(c.cfg.Region); err != nil {
 			return err
 		}
 		var gone []store.LastSync
@@ -62,6 +63,11 @@ func (c *Controller) sweep(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
+	// The capacity view judges presence by the last syncs it keeps: the
+	// sweep's read is their refresh, so no other whole read is needed.
+	c.admitMu.Lock()
+	c.backend.Heard(ls)
+	c.admitMu.Unlock()
 	if len(wakes) > 0 {
 		// What it failed or stopped no longer holds capacity.
 		c.capGen.Add(1)
