@@ -195,10 +195,21 @@ func (h *Hub) Certificates(ctx context.Context, id string) ([]store.Certificate,
 // CheckCertificate refuses a client certificate that is revoked by serial,
 // or that the hub does not know for a machine whose serials it knows
 // (forgotten past maxCertificates, or from a replaced store). It does not
-// check the machine itself: CheckMachine does. The TLS layer calls both on
-// every handshake; the HTTP layer calls this on every request, since a
-// certificate may be revoked while its connection stays open.
+// check the machine itself: CheckIdentity does, on every handshake. The
+// HTTP layer calls this on every request, since a certificate may be
+// revoked while its connection stays open.
 func (h *Hub) CheckCertificate(ctx context.Context, machineID, serial string) error {
+	return h.checkIdentity(ctx, machineID, serial, false)
+}
+
+// CheckIdentity is CheckMachine and CheckCertificate in one read of the
+// store: the TLS layer's check of every handshake, which a fleet
+// connecting at once makes thousands of times a second.
+func (h *Hub) CheckIdentity(ctx context.Context, machineID, serial string) error {
+	return h.checkIdentity(ctx, machineID, serial, true)
+}
+
+func (h *Hub) checkIdentity(ctx context.Context, machineID, serial string, machine bool) error {
 	// Every request of an agent passes here first: a replica cut off
 	// from its store must send the agent away at once, not hang it on the
 	// store (issue 18). ErrNotReady is the hub's failure, which another
@@ -211,6 +222,11 @@ func (h *Hub) CheckCertificate(ctx context.Context, machineID, serial string) er
 	var c store.Certificate
 	known := true
 	err := h.store.View(ctx, func(tx store.Tx) (err error) {
+		if machine {
+			if err := refuseMachine(tx, machineID); err != nil {
+				return err
+			}
+		}
 		c, err = tx.Certificate(serial)
 		if errors.Is(err, store.ErrNotFound) {
 			known = false
@@ -247,3 +263,4 @@ func (h *Hub) CheckCertificate(ctx context.Context, machineID, serial string) er
 type certRefused struct{ err error }
 
 func (e *certRefused) Error() string { return e.err.Error() }
+func (e *certRefused) Unwrap() error { return e.err }

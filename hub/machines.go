@@ -147,17 +147,22 @@ func (h *Hub) RevokeMachine(ctx context.Context, id string) error {
 }
 
 // CheckMachine refuses a machine that is unknown or revoked. The TLS layer
-// calls it on every handshake, resumed or not.
+// checks it on every handshake, resumed or not (CheckIdentity).
 func (h *Hub) CheckMachine(ctx context.Context, id string) error {
-	var m store.Machine
-	err := h.store.View(ctx, func(tx store.Tx) (err error) { m, err = tx.Machine(id); return err })
+	return h.store.View(ctx, func(tx store.Tx) error { return refuseMachine(tx, id) })
+}
+
+// refuseMachine is CheckMachine in tx: an unknown or revoked machine is
+// refused (a certRefused); the store's own errors are returned as they are.
+func refuseMachine(tx store.Tx, id string) error {
+	m, err := tx.Machine(id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return fmt.Errorf("machine %s: %w", id, ErrUnknownMachine)
+		return &certRefused{fmt.Errorf("machine %s: %w", id, ErrUnknownMachine)}
 	case err != nil:
 		return err
 	case m.Revoked:
-		return fmt.Errorf("machine %s: %w", id, ErrRevoked)
+		return &certRefused{fmt.Errorf("machine %s: %w", id, ErrRevoked)}
 	}
 	return nil
 }

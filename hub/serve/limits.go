@@ -527,8 +527,8 @@ func (c *countedConn) Write(b []byte) (int, error) {
 // silent peer costs none of it. What waits is bounded per source, in all
 // and by the handshake deadline.
 func (c *countedConn) Read(b []byte) (int, error) {
-	if c.spoke.Load() {
-		c.end()
+	if c.spoke.Load() && c.end() {
+		c.peersTurn()
 	}
 	n, err := c.Conn.Read(b)
 	if n > 0 {
@@ -553,12 +553,30 @@ func (c *countedConn) signOfLife() time.Time {
 	return at
 }
 
-// end gives the slot back, once.
-func (c *countedConn) end() {
-	if c.inFlight.CompareAndSwap(true, false) {
-		c.slots.give()
-		c.spoke.Store(false)
+// end gives the slot back, once; it reports whether it did.
+func (c *countedConn) end() bool {
+	if !c.inFlight.CompareAndSwap(true, false) {
+		return false
 	}
+	c.slots.give()
+	c.spoke.Store(false)
+	return true
+}
+
+// peersTurn gives an unfinished handshake the connection's timeout from
+// now: the hub has written its flight, or checked the peer's, and waits
+// on the peer. The deadline bounds the peer's time, never the hub's: with
+// it counted from the handshake slot, a hub slow to answer (its CPUs
+// taken by a fleet connecting at once, its store by their first syncs)
+// cut the handshakes it was slow on, and their agents came back again and
+// again (issue 13).
+func (c *countedConn) peersTurn() {
+	if c.handshook.Load() {
+		return
+	}
+	by := time.Now().Add(c.timeout)
+	c.handshakeBy.Store(by.UnixNano())
+	c.Conn.SetDeadline(by)
 }
 
 // vouched ends the handshake; with a verified client certificate the

@@ -289,6 +289,9 @@ func (s *Server) configForClient(hello *tls.ClientHelloInfo) (*tls.Config, error
 			s.metrics.TLSRefused(metrics.CauseCertificate)
 			return err
 		}
+		// The check's time was the hub's (its store): what is left of
+		// the handshake gets a deadline of its own.
+		c.peersTurn()
 		c.vouched(len(cs.PeerCertificates) > 0)
 		return nil
 	}
@@ -308,9 +311,15 @@ func (s *Server) verifyConnection(cs tls.ConnectionState) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err = s.hub.CheckMachine(ctx, id)
-	if err == nil {
-		err = s.hub.CheckCertificate(ctx, id, ca.Serial(cs.PeerCertificates[0]))
+	err = s.hub.CheckIdentity(ctx, id, ca.Serial(cs.PeerCertificates[0]))
+	if errors.Is(err, hub.ErrNotReady) {
+		// The hub's failure (its store is slow or cut off), not the
+		// certificate's: a refused handshake reaches the agent as a bad
+		// certificate, which it reads as revoked. Its request is checked
+		// again and, if the store still fails, sent away with a
+		// Retry-After.
+		s.log.Debug("handshake not checked: the store failed; its requests are", "machine", id, "err", err)
+		return nil
 	}
 	if err != nil {
 		s.log.Debug("handshake refused", "machine", id, "err", err, "resumed", cs.DidResume)
