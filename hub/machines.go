@@ -155,13 +155,13 @@ func (h *Hub) CheckMachine(ctx context.Context, id string) error {
 // refuseMachine is CheckMachine in tx: an unknown or revoked machine is
 // refused (a certRefused); the store's own errors are returned as they are.
 func refuseMachine(tx store.Tx, id string) error {
-	m, err := tx.Machine(id)
+	revoked, err := tx.MachineRevoked(id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return &certRefused{fmt.Errorf("machine %s: %w", id, ErrUnknownMachine)}
 	case err != nil:
 		return err
-	case m.Revoked:
+	case revoked:
 		return &certRefused{fmt.Errorf("machine %s: %w", id, ErrRevoked)}
 	}
 	return nil

@@ -47,6 +47,10 @@ type Tx interface {
 	// PutMachine inserts or replaces the machine's record.
 	PutMachine(m Machine) error
 	Machine(id string) (Machine, error)
+	// MachineRevoked reports whether machine id is revoked; ErrNotFound
+	// if there is none. Every TLS handshake asks it, so it reads one
+	// column, not the record (whose inventory takes decoding).
+	MachineRevoked(id string) (bool, error)
 	Machines() ([]Machine, error)
 	// LastSyncs returns the ID and last sync of every machine of region,
 	// in ID order: what the sweep reads of a whole region every few

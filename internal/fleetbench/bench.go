@@ -47,9 +47,24 @@ type Config struct {
 	Store string
 	// ConnectLimit bounds the cold connect and the restart; 0 is 10 min.
 	ConnectLimit time.Duration
+	// HandshakeTimeout, when set, is the hubs' --handshake-timeout: the
+	// time a peer has for each of its turns in a TLS handshake. The
+	// bench's agents share the hub's cores, so past a few thousand at once
+	// they answer the hub's flight far later than any real agent would
+	// (each has its own CPU), and the hub's default of 2 s measures the
+	// bench's own queue; the baseline has no deadline at all.
+	HandshakeTimeout time.Duration
 	// Dir holds the hub's data and logs.
 	Dir string
 	Out io.Writer
+}
+
+// hubArgs are the flags every hub of the run gets beyond its own.
+func (cfg Config) hubArgs() []string {
+	if cfg.HandshakeTimeout <= 0 {
+		return nil
+	}
+	return []string{"--handshake-timeout", cfg.HandshakeTimeout.String()}
 }
 
 // Limits that bound every wait of a run.
@@ -120,7 +135,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if need := openFilesNeeded(cfg.N); lim < need {
 		return fmt.Errorf("fleetbench: N=%d needs about %d open files in this process (and as many in the server), the limit is %d: raise the hard limit (ulimit -Hn)", cfg.N, need, lim)
 	}
-	fmt.Fprintf(cfg.Out, "fleetbench: N=%d, idle window %s, %d changes, open-file limit %d\n", cfg.N, cfg.Window, cfg.Changes, lim)
+	fmt.Fprintf(cfg.Out, "fleetbench: N=%d, idle window %s, %d changes, open-file limit %d, hub flags %q\n", cfg.N, cfg.Window, cfg.Changes, lim, cfg.hubArgs())
 	var targets []target
 	dsn := cfg.Store
 	if cfg.Replicas > 1 || dsn != "" {
@@ -148,10 +163,10 @@ func Run(ctx context.Context, cfg Config) error {
 			if cfg.Store != "" {
 				defer dropPGSchema(dsn, name)
 			}
-			targets = append(targets, newHubTarget(cfg.HubBin, filepath.Join(cfg.Dir, fmt.Sprintf("hub-pg-%d", n)), sdsn, n))
+			targets = append(targets, newHubTarget(cfg.HubBin, filepath.Join(cfg.Dir, fmt.Sprintf("hub-pg-%d", n)), sdsn, n, cfg.hubArgs()))
 		}
 	} else {
-		targets = append(targets, newHubTarget(cfg.HubBin, filepath.Join(cfg.Dir, "hub"), "", 1))
+		targets = append(targets, newHubTarget(cfg.HubBin, filepath.Join(cfg.Dir, "hub"), "", 1, cfg.hubArgs()))
 	}
 	baseDir := filepath.Join(cfg.Dir, "baseline")
 	if err := os.MkdirAll(baseDir, 0o700); err != nil {

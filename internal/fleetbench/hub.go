@@ -40,7 +40,9 @@ const (
 // database (store), each with a copy of the first one's data directory.
 type hubTarget struct {
 	bin, dir, store string
-	reps            []*replica
+	// args are flags each serve process gets beyond its own.
+	args []string
+	reps []*replica
 	// ids are the change phase's workloads, one per cycle.
 	ids []string
 }
@@ -54,10 +56,10 @@ type replica struct {
 	api           *adminapi.Client
 }
 
-// newHubTarget makes a target of n hub processes; store is "" for SQLite
-// (then n is 1) or a PostgreSQL URL.
-func newHubTarget(bin, dir, store string, n int) *hubTarget {
-	h := &hubTarget{bin: bin, dir: dir, store: store}
+// newHubTarget makes a target of n hub processes, each given args; store
+// is "" for SQLite (then n is 1) or a PostgreSQL URL.
+func newHubTarget(bin, dir, store string, n int, args []string) *hubTarget {
+	h := &hubTarget{bin: bin, dir: dir, store: store, args: args}
 	for i := range max(n, 1) {
 		h.reps = append(h.reps, &replica{dir: filepath.Join(dir, fmt.Sprintf("r%d", i)), listen: "127.0.0.1:0", admin: "127.0.0.1:0"})
 	}
@@ -138,6 +140,7 @@ func (h *hubTarget) startReplica(i int) error {
 		r.listen = "127.0.0.1:" + port
 	}
 	args := []string{"serve", "--data", filepath.Join(r.dir, "data"), "--listen", r.listen, "--admin", r.admin, "--region", benchRegion, "--allow-sim"}
+	args = append(args, h.args...)
 	if h.store != "" {
 		args = append(args, "--store", h.store)
 	}

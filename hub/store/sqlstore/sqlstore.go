@@ -404,6 +404,14 @@ func (t *tx) Machine(id string) (store.Machine, error) {
 	return m, nil
 }
 
+func (t *tx) MachineRevoked(id string) (bool, error) {
+	var revoked bool
+	if err := t.queryRow(`SELECT revoked FROM machines WHERE id = ?`, id).Scan(&revoked); err != nil {
+		return false, notFound("machine", id, err)
+	}
+	return revoked, nil
+}
+
 func (t *tx) Machines() ([]store.Machine, error) {
 	return t.machines(t.query(`SELECT ` + machineCols + ` FROM machines ORDER BY id` + t.s.d.Collate))
 }

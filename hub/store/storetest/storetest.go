@@ -157,8 +157,23 @@ func testMachines(t *testing.T, s store.Store) {
 		if _, err := tx.BumpGeneration("m-none"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("bump of a missing machine: got %v, want ErrNotFound", err)
 		}
+		if revoked, err := tx.MachineRevoked("m-1"); err != nil || revoked {
+			t.Errorf("m-1 revoked: got %t, %v; want false", revoked, err)
+		}
+		if _, err := tx.MachineRevoked("m-none"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("revoked of a missing machine: got %v, want ErrNotFound", err)
+		}
 		return nil
 	})
+	revoked := store.Machine{ID: "m-9", Name: "gone", Owner: "acme", Region: "eu", Registered: at, Revoked: true}
+	update(t, s, func(tx store.Tx) error { return tx.PutMachine(revoked) })
+	view(t, s, func(tx store.Tx) error {
+		if got, err := tx.MachineRevoked("m-9"); err != nil || !got {
+			t.Errorf("m-9 revoked: got %t, %v; want true", got, err)
+		}
+		return nil
+	})
+	update(t, s, func(tx store.Tx) error { return tx.DeleteMachine("m-9") })
 	other := store.Machine{ID: "m-0", Name: "elsewhere", Owner: "acme", Region: "us", LastSync: at.Add(time.Hour), Registered: at}
 	silent := store.Machine{ID: "m-2", Name: "never synced", Owner: "acme", Region: "eu", Registered: at}
 	update(t, s, func(tx store.Tx) error { return errors.Join(tx.PutMachine(other), tx.PutMachine(silent)) })
