@@ -232,9 +232,11 @@ func (c *Controller) wakeController() {
 	}
 }
 
-func (c *Controller) markDirty(machineID string) {
+func (c *Controller) markDirty(machineIDs ...string) {
 	c.dirtyMu.Lock()
-	c.dirty[machineID] = true
+	for _, id := range machineIDs {
+		c.dirty[id] = true
+	}
 	c.dirtyMu.Unlock()
 	c.wakeController()
 }

@@ -9,34 +9,70 @@ import (
 	"einsora.dev/edge/protocol"
 )
 
+// observeBatch is the most machines one observation transaction reads
+// and writes. One transaction a machine kept admission waiting behind a
+// fleet's reports: a burst of 10,000 workloads starting is 10,000 reports
+// to observe, in the same pass goroutine that admits what still waits.
+const observeBatch = 200
+
 // observe moves workloads on the machines that reported since the last
-// pass, by what their statuses say.
+// pass, by what their statuses say: observeBatch machines a transaction.
+// A batch that fails is observed again a machine at a time, so one
+// machine's failure holds back no other.
 func (c *Controller) observe(ctx context.Context) error {
+	ids := c.takeDirty()
 	var errs []error
-	for _, id := range c.takeDirty() {
-		var wakes changes
-		err := c.store.Update(ctx, func(tx store.Tx) error {
-			wakes = wakes[:0]
-			if err := c.fence(tx); err != nil {
-				return err
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), observeBatch)]
+		ids = ids[len(batch):]
+		err := c.observeMachines(ctx, batch)
+		if err != nil && len(batch) > 1 && !errors.Is(err, ErrNotLeader) {
+			for i, id := range batch {
+				if err = c.observeMachines(ctx, []string{id}); errors.Is(err, ErrNotLeader) {
+					batch = batch[i:]
+					break
+				}
+				if err != nil {
+					errs = append(errs, fmt.Errorf("observe %s: %w", id, err))
+				}
 			}
-			return c.observeMachine(tx, id, &wakes)
-		})
+		}
 		if errors.Is(err, ErrNotLeader) {
-			c.markDirty(id) // for whoever leads next in this process
+			// For whoever leads next in this process.
+			c.markDirty(append(batch, ids...)...)
 			return err
 		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("observe %s: %w", id, err))
-			continue
+		if err != nil && len(batch) == 1 {
+			errs = append(errs, fmt.Errorf("observe %s: %w", batch[0], err))
 		}
-		tell(c.backend, wakes)
-		// What it reported may have freed or added capacity, or brought
-		// it back online: the capacity view reads it again.
-		c.backend.Changed(id)
-		c.capGen.Add(1)
 	}
 	return errors.Join(errs...)
+}
+
+// observeMachines observes ids in one transaction fenced by the epoch.
+func (c *Controller) observeMachines(ctx context.Context, ids []string) error {
+	var wakes changes
+	err := c.store.Update(ctx, func(tx store.Tx) error {
+		wakes = wakes[:0]
+		if err := c.fence(tx); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if err := c.observeMachine(tx, id, &wakes); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	tell(c.backend, wakes)
+	// What they reported may have freed or added capacity, or brought
+	// them back online: the capacity view reads them again.
+	c.backend.Changed(ids...)
+	c.capGen.Add(1)
+	return nil
 }
 
 func (c *Controller) observeMachine(tx store.Tx, machineID string, wakes *changes) error {
