@@ -59,8 +59,15 @@ func TestHandshakeDeadlineCountsOnlyThePeersTime(t *testing.T) {
 	_, nw := e.enroll()
 	slow.Store(true)
 	req := &protocol.SyncRequest{ProtocolVersion: protocol.Version} // no store ID: answered at once
-	if _, err := nw.Transport().Sync(context.Background(), req); err != nil {
+	tr := nw.Transport()
+	if _, err := tr.Sync(context.Background(), req); err != nil {
 		t.Fatalf("sync over a handshake the hub was slow to check: %v", err)
+	}
+	// The handshake's deadline ends with it: the connection serves on.
+	slow.Store(false)
+	time.Sleep(2 * timeout)
+	if _, err := tr.Sync(context.Background(), req); err != nil {
+		t.Fatalf("sync on the same connection past the handshake's deadline: %v", err)
 	}
 }
 
