@@ -26,27 +26,36 @@ func (c *Controller) observe(ctx context.Context) error {
 		batch := ids[:min(len(ids), observeBatch)]
 		ids = ids[len(batch):]
 		err := c.observeMachines(ctx, batch)
-		if err != nil && len(batch) > 1 && !errors.Is(err, ErrNotLeader) {
-			for i, id := range batch {
-				if err = c.observeMachines(ctx, []string{id}); errors.Is(err, ErrNotLeader) {
-					batch = batch[i:]
-					break
-				}
-				if err != nil {
-					errs = append(errs, fmt.Errorf("observe %s: %w", id, err))
-				}
-			}
+		switch {
+		case err == nil || errors.Is(err, ErrNotLeader):
+		case len(batch) == 1:
+			errs = append(errs, fmt.Errorf("observe %s: %w", batch[0], err))
+		default:
+			batch, err = c.observeEach(ctx, batch, &errs)
 		}
 		if errors.Is(err, ErrNotLeader) {
 			// For whoever leads next in this process.
 			c.markDirty(append(batch, ids...)...)
 			return err
 		}
-		if err != nil && len(batch) == 1 {
-			errs = append(errs, fmt.Errorf("observe %s: %w", batch[0], err))
-		}
 	}
 	return errors.Join(errs...)
+}
+
+// observeEach observes ids a transaction each, adding each machine's
+// failure to errs. On ErrNotLeader it stops, returning the machines it has
+// yet to observe.
+func (c *Controller) observeEach(ctx context.Context, ids []string, errs *[]error) ([]string, error) {
+	for i, id := range ids {
+		err := c.observeMachines(ctx, []string{id})
+		if errors.Is(err, ErrNotLeader) {
+			return ids[i:], err
+		}
+		if err != nil {
+			*errs = append(*errs, fmt.Errorf("observe %s: %w", id, err))
+		}
+	}
+	return nil, nil
 }
 
 // observeMachines observes ids in one transaction fenced by the epoch.
