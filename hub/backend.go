@@ -51,8 +51,10 @@ type Backend interface {
 	Forget()
 	// Heard tells the runtime the region's last syncs as the sweep read
 	// them, so a view that judges presence by the last syncs it keeps
-	// sees what the presence batches wrote since.
-	Heard(ls []store.LastSync)
+	// sees what the presence batches wrote since. It returns how many
+	// machines the list and the runtime's view disagree on (marked
+	// changed, as Changed does): capacity may have grown.
+	Heard(ls []store.LastSync) int
 	// Check reads in tx, the old way, what Capacity offers and compares
 	// it with the view Capacity keeps, adopting the full read. It
 	// returns what the view had wrong.
@@ -156,7 +158,7 @@ func (b *agentBackend) Changed(ids ...string) { b.view.touch(ids...) }
 func (b *agentBackend) Forget()               { b.view.forget() }
 func (b *agentBackend) Prepare()              { b.view.prepare() }
 
-func (b *agentBackend) Heard(ls []store.LastSync) { b.view.heard(ls) }
+func (b *agentBackend) Heard(ls []store.LastSync) int { return b.view.heard(ls) }
 
 // Confirm checks machineID's record in tx against the view's, on what
 // placement reads of it.

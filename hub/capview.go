@@ -220,11 +220,26 @@ func (v *capView) reread(tx store.Tx, id string) error {
 }
 
 // heard takes the last syncs the sweep read: those newer than the view's
-// (an admit batch may have read a machine since the sweep did).
-func (v *capView) heard(ls []store.LastSync) {
+// (an admit batch may have read a machine since the sweep did). A machine
+// the list and the view disagree on, one registered or gone by a change
+// whose notification never came (a replica's over a store that carries
+// none, or one lost), is marked changed for the next batch to read: the
+// sweep finds within sweepEvery what the full check would find minutes
+// later. It returns how many it marked.
+func (v *capView) heard(ls []store.LastSync) int {
+	if v.machines == nil {
+		return 0
+	}
+	var unknown []string
+	known := 0
 	for _, l := range ls {
 		vm := v.machines[l.Machine]
-		if vm == nil || !l.At.After(vm.m.LastSync) {
+		if vm == nil {
+			unknown = append(unknown, l.Machine)
+			continue
+		}
+		known++
+		if !l.At.After(vm.m.LastSync) {
 			continue
 		}
 		vm.m.LastSync = l.At
@@ -232,6 +247,20 @@ func (v *capView) heard(ls []store.LastSync) {
 			v.listed[vm.slot].lastSync = l.At
 		}
 	}
+	if known < len(v.machines) {
+		// Rare: a machine the list lacks. Find which.
+		inList := make(map[string]bool, len(ls))
+		for _, l := range ls {
+			inList[l.Machine] = true
+		}
+		for id := range v.machines {
+			if !inList[id] {
+				unknown = append(unknown, id)
+			}
+		}
+	}
+	v.touch(unknown...)
+	return len(unknown)
 }
 
 func (v *capView) drop(id string) {

@@ -326,3 +326,52 @@ func TestSweepRefreshesTheViewsLastSyncs(t *testing.T) {
 		t.Fatalf("workload %s on %q (%s), want provisioning on m-1, online by the batch the sweep read", got.State, got.Machine, got.Reason)
 	}
 }
+
+// TestSweepFindsMachinesTheViewWasNotToldOf: a machine that joined on
+// another replica, over a store that carries no notifications between
+// them, is offered by the leader's next sweep, not by its next full check
+// minutes later; one removed there is dropped the same way.
+func TestSweepFindsMachinesTheViewWasNotToldOf(t *testing.T) {
+	h := newTestHub(t)
+	ctx := context.Background()
+	h.pass() // leads; reads the view whole: no machines
+	other := openTestHubAs(t, h.path, h.clk, "other")
+	other.machine("m-1")
+	w := h.create("web", protocol.KindContainer)
+	if err := h.ctl.passFor(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.workload(w.ID); got.State != store.StateQueued {
+		t.Fatalf("workload %s on %q, want queued: the view was told of no machine", got.State, got.Machine)
+	}
+	h.clk.Advance(h.ctl.sweepEvery())
+	h.pass() // sweeps
+	h.pass() // admits what the sweep found
+	if h.clk.Now().Sub(epoch) >= h.ctl.viewCheckEvery() {
+		t.Fatal("a full check came due; the test no longer tells the sweep from it")
+	}
+	if got := h.workload(w.ID); got.State != store.StateProvisioning || got.Machine != "m-1" {
+		t.Fatalf("workload %s on %q (%s), want provisioning on m-1, found by the sweep", got.State, got.Machine, got.Reason)
+	}
+
+	other.machine("m-2")
+	h.clk.Advance(h.ctl.sweepEvery())
+	h.pass() // sweeps: m-2 is marked changed
+	check := func(what string) {
+		t.Helper()
+		diffs, err := h.ctl.checkCapacity(ctx) // reads what is marked first
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range diffs {
+			t.Errorf("after a sweep the full check still finds machine %s %s: %s", d.Machine, d.What, what)
+		}
+	}
+	check("m-2 joined on the other replica")
+	if err := other.RemoveMachine(ctx, "m-2"); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Advance(h.ctl.sweepEvery())
+	h.pass()
+	check("m-2 was removed on the other replica")
+}

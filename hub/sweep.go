@@ -66,8 +66,12 @@ func (c *Controller) sweep(ctx context.Context) error {
 	// The capacity view judges presence by the last syncs it keeps: the
 	// sweep's read is their refresh, so no other whole read is needed.
 	c.admitMu.Lock()
-	c.backend.Heard(ls)
+	missed := c.backend.Heard(ls)
 	c.admitMu.Unlock()
+	if missed > 0 {
+		// A machine joined (or went) without the view being told.
+		c.capacityChanged()
+	}
 	if len(wakes) > 0 {
 		// What it failed or stopped no longer holds capacity.
 		c.capGen.Add(1)
