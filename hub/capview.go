@@ -81,9 +81,18 @@ type viewMachine struct {
 
 // listedMachine is what presence reads of a machine of the view.
 type listedMachine struct {
-	id       string
+	id string
+	// lastSync is when it was last heard from: its last sync as the view
+	// read it, or a later sign of life of its poll (presence.heardLast).
 	lastSync time.Time
 	vm       *viewMachine
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // maxChanged bounds the machines a view lists as changed before it gives
@@ -210,7 +219,7 @@ func (v *capView) reread(tx store.Tx, id string) error {
 		// In place: listed keeps pointing at it.
 		*vm = viewMachine{m: m, holding: ws, online: vm.online, slot: vm.slot}
 		if v.listed != nil {
-			v.listed[vm.slot].lastSync = m.LastSync
+			v.listed[vm.slot].lastSync = later(v.listed[vm.slot].lastSync, m.LastSync)
 		}
 		return nil
 	}
@@ -244,7 +253,7 @@ func (v *capView) heard(ls []store.LastSync) int {
 		}
 		vm.m.LastSync = l.At
 		if v.listed != nil {
-			v.listed[vm.slot].lastSync = l.At
+			v.listed[vm.slot].lastSync = later(v.listed[vm.slot].lastSync, l.At)
 		}
 	}
 	if known < len(v.machines) {
@@ -307,10 +316,21 @@ func (v *capView) offer(p presence, classes map[string]store.Class) *placement.F
 		v.classes = maps.Clone(classes)
 		v.fleet = nil
 	}
+	if v.listed == nil {
+		v.listed = make([]listedMachine, 0, len(v.machines))
+		for id, vm := range v.machines {
+			vm.slot = len(v.listed)
+			v.listed = append(v.listed, listedMachine{id: id, lastSync: vm.m.LastSync, vm: vm})
+		}
+	}
+	now := p.clk.Now()
 	if v.fleet == nil {
 		pms := make([]placement.Machine, 0, len(v.machines))
-		for _, vm := range v.machines {
-			if pm, ok := fleetMachine(vm, p, classes); ok {
+		for i := range v.listed {
+			l := &v.listed[i]
+			l.vm.online = v.judge(p, l, now)
+			if pm, ok := placementMachine(l.vm, classes); ok {
+				pm.Online = l.vm.online
 				pms = append(pms, pm)
 			}
 		}
@@ -323,7 +343,9 @@ func (v *capView) offer(p presence, classes map[string]store.Class) *placement.F
 	v.fleet.NewPass()
 	for id := range v.refreshed {
 		if vm := v.machines[id]; vm != nil {
-			if pm, ok := fleetMachine(vm, p, classes); ok {
+			if pm, ok := placementMachine(vm, classes); ok {
+				// As last judged: the region is judged below.
+				pm.Online = vm.online
 				v.fleet.Update(pm)
 				continue
 			}
@@ -331,17 +353,9 @@ func (v *capView) offer(p presence, classes map[string]store.Class) *placement.F
 		v.fleet.Remove(id)
 	}
 	clear(v.refreshed)
-	if v.listed == nil {
-		v.listed = make([]listedMachine, 0, len(v.machines))
-		for id, vm := range v.machines {
-			vm.slot = len(v.listed)
-			v.listed = append(v.listed, listedMachine{id: id, lastSync: vm.m.LastSync, vm: vm})
-		}
-	}
-	now := p.clk.Now()
 	for i := range v.listed {
 		l := &v.listed[i]
-		if on := p.onlineAt(l.id, l.lastSync, now); on != l.vm.online {
+		if on := v.judge(p, l, now); on != l.vm.online {
 			l.vm.online = on
 			v.fleet.SetOnline(l.id, on)
 		}
@@ -349,16 +363,13 @@ func (v *capView) offer(p presence, classes map[string]store.Class) *placement.F
 	return v.fleet
 }
 
-// fleetMachine is vm as the fleet is told of it, online as presence
-// judges it now (and noted so); ok is false for a machine placement never
-// sees.
-func fleetMachine(vm *viewMachine, p presence, classes map[string]store.Class) (placement.Machine, bool) {
-	pm, ok := placementMachine(vm, classes)
-	if ok {
-		pm.Online = p.online(vm.m)
-		vm.online = pm.Online
-	}
-	return pm, ok
+// judge reports whether l is online at now. A poll's sign of life it finds
+// stands in for a sync until the store's comes: otherwise each batch of a
+// burst asked the kernel again for every machine whose poll outlived its
+// last sync by OfflineAfter (issue 13).
+func (v *capView) judge(p presence, l *listedMachine, now time.Time) bool {
+	l.lastSync = p.heardLast(l.id, l.lastSync, now)
+	return p.recent(l.lastSync, now)
 }
 
 // placementMachine is vm as placement sees it, but for Online; ok is

@@ -375,3 +375,44 @@ func TestSweepFindsMachinesTheViewWasNotToldOf(t *testing.T) {
 	h.pass()
 	check("m-2 was removed on the other replica")
 }
+
+// TestOfferAsksForAPollsSignOfLifeOncePerSpan: a machine whose poll
+// outlived its last sync by OfflineAfter is online by the poll's sign of
+// life, a kernel call a connection; the view keeps the sign it found, so
+// the admit batches after it do not ask again until that sign is itself
+// OfflineAfter old (issue 13: a burst's batches asked for every such
+// machine each time).
+func TestOfferAsksForAPollsSignOfLifeOncePerSpan(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	h.pass()
+	be := h.ctl.backend.(*agentBackend)
+	asked := 0
+	be.presence.held = func(id string, now time.Time) (time.Time, bool) {
+		asked++
+		return now.Add(-time.Second), true // a poll waits; its peer answered a second ago
+	}
+	placeOne := func(name string) {
+		t.Helper()
+		w := h.create(name, protocol.KindContainer)
+		h.pass()
+		if got := h.workload(w.ID); got.Machine != "m-1" {
+			t.Fatalf("workload %s %s on %q (%s), want it placed on m-1, online by its poll", name, got.State, got.Machine, got.Reason)
+		}
+	}
+	h.clk.Advance(DefaultOfflineAfter + 5*time.Second)
+	placeOne("a")
+	if asked != 1 {
+		t.Fatalf("asked for the poll's sign of life %d times in one batch, want 1", asked)
+	}
+	h.clk.Advance(time.Second)
+	placeOne("b")
+	if asked != 1 {
+		t.Fatalf("asked for the poll's sign of life %d times in all, want 1: the sign found 2 s ago stands", asked)
+	}
+	h.clk.Advance(DefaultOfflineAfter)
+	placeOne("c")
+	if asked != 2 {
+		t.Fatalf("asked for the poll's sign of life %d times in all, want 2: the sign found was OfflineAfter old", asked)
+	}
+}

@@ -48,11 +48,26 @@ func (p presence) online(m store.Machine) bool { return p.onlineAt(m.ID, m.LastS
 // onlineAt is online for a machine known by its ID and last sync, at now:
 // for judging a whole region at one instant.
 func (p presence) onlineAt(id string, lastSync, now time.Time) bool {
-	if !lastSync.IsZero() && now.Sub(lastSync) < p.offlineAfter {
-		return true
+	return p.recent(p.heardLast(id, lastSync, now), now)
+}
+
+// heardLast is when the machine was last heard from: its last sync or,
+// when that alone cannot make it online, the last sign of life of a poll
+// of it waiting now (a kernel call), if later. A sign of life counts as a
+// sync: the presence batch writes it to the store as the last sync.
+func (p presence) heardLast(id string, lastSync, now time.Time) time.Time {
+	if p.recent(lastSync, now) {
+		return lastSync
 	}
-	heard, ok := p.held(id, now)
-	return ok && now.Sub(heard) < p.offlineAfter
+	if heard, ok := p.held(id, now); ok && heard.After(lastSync) {
+		return heard
+	}
+	return lastSync
+}
+
+// recent reports whether a machine last heard from at is online at now.
+func (p presence) recent(at, now time.Time) bool {
+	return !at.IsZero() && now.Sub(at) < p.offlineAfter
 }
 
 // offlineFor is how long this hub has missed m: since its last sync, or
