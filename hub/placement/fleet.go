@@ -2,6 +2,7 @@ package placement
 
 import (
 	"cmp"
+	"container/heap"
 	"slices"
 	"strings"
 
@@ -344,26 +345,27 @@ func (f *Fleet) Place(w Workload, c Class) (Decision, error) {
 	if sl.noDriver {
 		return Decision{}, noFit("no driver runs %s", workPhrase(w.Kind, &c))
 	}
-	// Best fit among the machines that may still fit. One that fails a
-	// dynamic rule now fails it for the rest of the pass (Holds only take
-	// capacity), so it leaves the alive list.
-	best, bestDriver := -1, -1
-	n := 0
-	for _, k := range sl.alive {
-		i := sl.machines[k]
-		s, d := f.dynamic(&f.machines[i], &w, &c, sl.drivers[k])
-		if s != stageFits {
-			continue
-		}
-		sl.alive[n] = k
-		n++
-		if best < 0 || f.better(i, best) {
-			best, bestDriver = i, d
-		}
+	// Best fit among the machines that may still fit, which the list
+	// keeps as a heap by better: the first that fits is the best, so a
+	// placement costs the machines it passes over, not the list (issue
+	// 13: a burst in a region of 10,000 scanned all 10,000 for each). One
+	// that fails a dynamic rule now fails it for the rest of the pass
+	// (Holds only take capacity), so it leaves the heap.
+	if !sl.heaped {
+		heap.Init(aliveHeap{f, sl})
+		sl.heaped = true
 	}
-	sl.alive = sl.alive[:n]
-	if best >= 0 {
-		return f.decide(best, bestDriver, &w, &c), nil
+	for len(sl.alive) > 0 {
+		k := sl.alive[0]
+		i := sl.machines[k]
+		if s, d := f.dynamic(&f.machines[i], &w, &c, sl.drivers[k]); s == stageFits {
+			dec := f.decide(i, d, &w, &c)
+			// The hold only made machine i a better fit: still the
+			// heap's first.
+			sl.heaped = true
+			return dec, nil
+		}
+		heap.Pop(aliveHeap{f, sl})
 	}
 	if !sl.known {
 		// The furthest stage any machine reaches; dynamic stages all come
@@ -452,8 +454,12 @@ type shortlist struct {
 	drivers  [][]int // per machine, its permitted drivers in preference order
 	// pass is the pass alive and known are of.
 	pass uint64
-	// alive lists the positions in machines that may still fit.
-	alive []int
+	// alive lists the positions in machines that may still fit; while
+	// heaped, as a heap by Fleet.better. A hold on one of its machines
+	// through another list makes that machine better than its place
+	// says, so it clears heaped.
+	alive  []int
+	heaped bool
 	// When known, failStage and failDriver are the reason nothing fits,
 	// unchanged since no machine of the list has been held on since.
 	known      bool
@@ -476,7 +482,7 @@ func (sl *shortlist) begin(pass uint64) {
 	if sl.pass == pass {
 		return
 	}
-	sl.pass, sl.known = pass, false
+	sl.pass, sl.known, sl.heaped = pass, false, false
 	sl.alive = sl.alive[:0]
 	for k := range sl.machines {
 		sl.alive = append(sl.alive, k)
@@ -693,6 +699,26 @@ func (f *Fleet) hold(i int, w *Workload, c *Class, dec Decision) {
 		f.heldOn = append(f.heldOn, i)
 	}
 	for _, sl := range ms.lists {
-		sl.known = false
+		sl.known, sl.heaped = false, false
 	}
+}
+
+// aliveHeap is a shortlist's alive machines as a heap, the best fit
+// first.
+type aliveHeap struct {
+	f  *Fleet
+	sl *shortlist
+}
+
+func (h aliveHeap) Len() int { return len(h.sl.alive) }
+func (h aliveHeap) Less(a, b int) bool {
+	return h.f.better(h.sl.machines[h.sl.alive[a]], h.sl.machines[h.sl.alive[b]])
+}
+func (h aliveHeap) Swap(a, b int) { h.sl.alive[a], h.sl.alive[b] = h.sl.alive[b], h.sl.alive[a] }
+func (h aliveHeap) Push(x any)    { h.sl.alive = append(h.sl.alive, x.(int)) }
+func (h aliveHeap) Pop() any {
+	n := len(h.sl.alive) - 1
+	k := h.sl.alive[n]
+	h.sl.alive = h.sl.alive[:n]
+	return k
 }
