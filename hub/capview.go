@@ -408,8 +408,8 @@ type viewDiff struct {
 
 // check reads the region whole in tx, after bringing the view up to date
 // with what prepare took, and compares the two as
-// placement would see them. It then adopts the full read. It returns the
-// machines the view had wrong.
+// placement would see them. Where they differ it adopts the full read;
+// where not it keeps the view. It returns the machines the view had wrong.
 func (v *capView) check(tx store.Tx, classes map[string]store.Class) ([]viewDiff, error) {
 	if err := v.update(tx); err != nil {
 		return nil, err
@@ -425,9 +425,24 @@ func (v *capView) check(tx store.Tx, classes map[string]store.Class) ([]viewDiff
 	v.mu.Lock()
 	diffs = slices.DeleteFunc(diffs, func(d viewDiff) bool { return v.changed[d.Machine] })
 	v.mu.Unlock()
-	v.machines, v.listed, v.fleet = full, nil, nil
 	v.diffs.Add(int64(len(diffs)))
-	return diffs, nil
+	if len(diffs) > 0 {
+		v.machines, v.listed, v.fleet = full, nil, nil
+		return diffs, nil
+	}
+	// The view was right: keep it, and the fleet made from it, which
+	// built again cost the next admit batch as much as the check (issue
+	// 13: a change just after a check waited for both). Only the last
+	// syncs, which the full read has fresher, are taken.
+	for id, f := range full {
+		if vm := v.machines[id]; vm != nil && f.m.LastSync.After(vm.m.LastSync) {
+			vm.m.LastSync = f.m.LastSync
+			if v.listed != nil {
+				v.listed[vm.slot].lastSync = later(v.listed[vm.slot].lastSync, f.m.LastSync)
+			}
+		}
+	}
+	return nil, nil
 }
 
 // compareViews lists the machines where inc differs from full, by what

@@ -416,3 +416,33 @@ func TestOfferAsksForAPollsSignOfLifeOncePerSpan(t *testing.T) {
 		t.Fatalf("asked for the poll's sign of life %d times in all, want 2: the sign found was OfflineAfter old", asked)
 	}
 }
+
+// TestCapacityCheckKeepsARightView: a full check that finds the view right
+// keeps it, and the fleet made from it, taking only the fresher last
+// syncs: built again, the fleet cost the next admit batch as much as the
+// check (issue 13).
+func TestCapacityCheckKeepsARightView(t *testing.T) {
+	h := newTestHub(t)
+	ctx := context.Background()
+	h.machine("m-1")
+	h.create("web", protocol.KindContainer)
+	h.pass() // places web: the view and its fleet are built
+	view := h.ctl.backend.(*agentBackend).view
+	fleet := view.fleet
+	if fleet == nil || view.listed == nil {
+		t.Fatal("no fleet after an admit batch")
+	}
+	h.clk.Advance(time.Minute)
+	if err := h.st.Update(ctx, func(tx store.Tx) error { return tx.TouchMachines([]string{"m-1"}, h.clk.Now()) }); err != nil {
+		t.Fatal(err)
+	}
+	if diffs, err := h.ctl.checkCapacity(ctx); err != nil || len(diffs) != 0 {
+		t.Fatalf("check: %v, %v", diffs, err)
+	}
+	if view.fleet != fleet {
+		t.Error("a check that found the view right dropped its fleet")
+	}
+	if got := view.listed[view.machines["m-1"].slot].lastSync; !got.Equal(h.clk.Now()) {
+		t.Errorf("after the check the view has m-1 last heard at %v, want the store's %v", got, h.clk.Now())
+	}
+}
