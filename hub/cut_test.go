@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -234,4 +235,43 @@ func openTestHubWith(t *testing.T, cfg Config) *testHub {
 		t.Fatal(err)
 	}
 	return &testHub{Hub: h, t: t, clk: clk, path: path, st: st}
+}
+
+// TestRule8_HubDowntimeIsNoCutOff: the hub's own downtime never counts
+// against a machine. One that synced just before the hub went down, and
+// syncs again once it is back (its agent waiting its share of the
+// reconnect window), OfflineAfter after its last sync in all, is not said
+// on its workloads' timelines to have been cut off; one this hub missed
+// for OfflineAfter is.
+func TestRule8_HubDowntimeIsNoCutOff(t *testing.T) {
+	h := newTestHub(t)
+	started := epoch
+	h.machine("m-1")
+	h.sync("m-1", &protocol.SyncRequest{BootID: "boot-1", AgentStarted: started})
+	w := h.running("web")
+	h.clk.Advance(30 * time.Second) // the hub is down
+	h2 := openTestHub(t, h.path, h.clk)
+	h.clk.Advance(20 * time.Second)
+	h2.sync("m-1", &protocol.SyncRequest{BootID: "boot-1", AgentStarted: started})
+	timeline := func() string {
+		t.Helper()
+		es, err := h2.Timeline(context.Background(), w.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var texts []string
+		for _, e := range es {
+			texts = append(texts, e.Text)
+		}
+		return strings.Join(texts, "\n")
+	}
+	if all := timeline(); strings.Contains(all, "cut off") {
+		t.Fatalf("after the hub's restart the timeline says its machine was cut off:\n%s", all)
+	}
+	h.clk.Advance(h2.cfg.OfflineAfter)
+	h2.sync("m-1", &protocol.SyncRequest{BootID: "boot-1", AgentStarted: started})
+	want := fmt.Sprintf("machine m-1 was cut off for %s and is back", h2.cfg.OfflineAfter)
+	if all := timeline(); !strings.Contains(all, want) {
+		t.Errorf("the timeline lacks %q after the hub missed m-1 that long:\n%s", want, all)
+	}
 }

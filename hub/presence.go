@@ -112,6 +112,17 @@ func (p presence) returning(m store.Machine, now time.Time) bool {
 // cutOff reports whether a machine silent for away was offline.
 func (p presence) cutOff(away time.Duration) bool { return away >= p.offlineAfter }
 
+// missed is how long this hub has missed a machine last heard at
+// lastSync, at now: never counting from before this hub started, so the
+// hub's own downtime (its restart, and its agents' spread return after
+// it) is no partition.
+func (p presence) missed(lastSync, now time.Time) time.Duration {
+	if lastSync.Before(p.started) {
+		lastSync = p.started
+	}
+	return max(now.Sub(lastSync), 0)
+}
+
 // wasOnline reports whether m was online at t, by its last sync alone.
 func (p presence) wasOnline(m store.Machine, t time.Time) bool {
 	return !m.LastSync.IsZero() && m.LastSync.After(t.Add(-p.offlineAfter))

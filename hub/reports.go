@@ -225,6 +225,8 @@ func (h *Hub) noteReturn(tx store.Tx, m store.Machine, placed []store.Workload, 
 		return 0, nil
 	}
 	away := now.Sub(m.LastSync)
+	// A partition is what this hub missed: its own downtime is none.
+	missed := h.presence.missed(m.LastSync, now)
 	var kind, text string
 	switch {
 	case m.BootID != "" && req.BootID != "" && m.BootID != trust.Text(req.BootID, protocol.MaxIDLength):
@@ -233,9 +235,9 @@ func (h *Hub) noteReturn(tx store.Tx, m store.Machine, placed []store.Workload, 
 	case !m.AgentStarted.IsZero() && !req.AgentStarted.IsZero() && !req.AgentStarted.Equal(m.AgentStarted):
 		kind = "agent-restarted"
 		text = fmt.Sprintf("the agent on machine %s restarted; the machine did not reboot", m.ID)
-	case h.presence.cutOff(away):
+	case h.presence.cutOff(missed):
 		kind = "cut-off"
-		text = fmt.Sprintf("machine %s was cut off for %s and is back; it did not reboot, so its workloads kept running", m.ID, away.Round(time.Second))
+		text = fmt.Sprintf("machine %s was cut off for %s and is back; it did not reboot, so its workloads kept running", m.ID, missed.Round(time.Second))
 	default:
 		return 0, nil
 	}
@@ -252,7 +254,7 @@ func (h *Hub) noteReturn(tx store.Tx, m store.Machine, placed []store.Workload, 
 			case w.Since.After(m.LastSync):
 				ended++
 				line = fmt.Sprintf("machine %s was cut off for %s and is back; this workload became %s while it was away, so its machine is told to %s it",
-					m.ID, away.Round(time.Second), w.State, mode)
+					m.ID, missed.Round(time.Second), w.State, mode)
 			default:
 				continue
 			}
