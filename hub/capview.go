@@ -248,13 +248,7 @@ func (v *capView) heard(ls []store.LastSync) int {
 			continue
 		}
 		known++
-		if !l.At.After(vm.m.LastSync) {
-			continue
-		}
-		vm.m.LastSync = l.At
-		if v.listed != nil {
-			v.listed[vm.slot].lastSync = later(v.listed[vm.slot].lastSync, l.At)
-		}
+		v.takeLastSync(vm, l.At)
 	}
 	if known < len(v.machines) {
 		// Rare: a machine the list lacks. Find which.
@@ -270,6 +264,18 @@ func (v *capView) heard(ls []store.LastSync) int {
 	}
 	v.touch(unknown...)
 	return len(unknown)
+}
+
+// takeLastSync takes vm's last sync as read from the store, when newer
+// than the view's.
+func (v *capView) takeLastSync(vm *viewMachine, at time.Time) {
+	if !at.After(vm.m.LastSync) {
+		return
+	}
+	vm.m.LastSync = at
+	if v.listed != nil {
+		v.listed[vm.slot].lastSync = later(v.listed[vm.slot].lastSync, at)
+	}
 }
 
 func (v *capView) drop(id string) {
@@ -435,11 +441,8 @@ func (v *capView) check(tx store.Tx, classes map[string]store.Class) ([]viewDiff
 	// 13: a change just after a check waited for both). Only the last
 	// syncs, which the full read has fresher, are taken.
 	for id, f := range full {
-		if vm := v.machines[id]; vm != nil && f.m.LastSync.After(vm.m.LastSync) {
-			vm.m.LastSync = f.m.LastSync
-			if v.listed != nil {
-				v.listed[vm.slot].lastSync = later(v.listed[vm.slot].lastSync, f.m.LastSync)
-			}
+		if vm := v.machines[id]; vm != nil {
+			v.takeLastSync(vm, f.m.LastSync)
 		}
 	}
 	return nil, nil

@@ -117,15 +117,7 @@ func TestReturnAfterAFailureDoesNotSayItKeptRunning(t *testing.T) {
 	h.pass()
 	wantState(t, h, failed.ID, store.StateFailed)
 	h.sync("m-1", &protocol.SyncRequest{BootID: "boot-1", AgentStarted: started})
-	es, err := h.Timeline(context.Background(), failed.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var texts []string
-	for _, e := range es {
-		texts = append(texts, e.Text)
-	}
-	all := strings.Join(texts, "\n")
+	all := timelineText(t, h, failed.ID)
 	if !strings.Contains(all, "failed: its machine has been offline for 10 minutes") {
 		t.Fatalf("timeline lacks the failure:\n%s", all)
 	}
@@ -253,25 +245,27 @@ func TestRule8_HubDowntimeIsNoCutOff(t *testing.T) {
 	h2 := openTestHub(t, h.path, h.clk)
 	h.clk.Advance(20 * time.Second)
 	h2.sync("m-1", &protocol.SyncRequest{BootID: "boot-1", AgentStarted: started})
-	timeline := func() string {
-		t.Helper()
-		es, err := h2.Timeline(context.Background(), w.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var texts []string
-		for _, e := range es {
-			texts = append(texts, e.Text)
-		}
-		return strings.Join(texts, "\n")
-	}
-	if all := timeline(); strings.Contains(all, "cut off") {
+	if all := timelineText(t, h2, w.ID); strings.Contains(all, "cut off") {
 		t.Fatalf("after the hub's restart the timeline says its machine was cut off:\n%s", all)
 	}
 	h.clk.Advance(h2.cfg.OfflineAfter)
 	h2.sync("m-1", &protocol.SyncRequest{BootID: "boot-1", AgentStarted: started})
 	want := fmt.Sprintf("machine m-1 was cut off for %s and is back", h2.cfg.OfflineAfter)
-	if all := timeline(); !strings.Contains(all, want) {
+	if all := timelineText(t, h2, w.ID); !strings.Contains(all, want) {
 		t.Errorf("the timeline lacks %q after the hub missed m-1 that long:\n%s", want, all)
 	}
+}
+
+// timelineText is workload id's timeline, a line an entry.
+func timelineText(t *testing.T, h *testHub, id string) string {
+	t.Helper()
+	es, err := h.Timeline(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, e := range es {
+		texts = append(texts, e.Text)
+	}
+	return strings.Join(texts, "\n")
 }

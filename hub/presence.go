@@ -80,10 +80,7 @@ func (p presence) offlineFor(m store.Machine) time.Duration {
 // silentFor is offlineFor for a machine known by its last sync alone.
 func (p presence) silentFor(l store.LastSync) time.Duration {
 	now := p.clk.Now()
-	last := l.At
-	if last.Before(p.started) {
-		last = p.started
-	}
+	last := p.counted(l.At)
 	if now.Sub(last) < p.offlineAfter {
 		// Heard lately by the store alone: a waiting poll's sign of life
 		// (a kernel call per poll) cannot change a verdict.
@@ -117,10 +114,16 @@ func (p presence) cutOff(away time.Duration) bool { return away >= p.offlineAfte
 // hub's own downtime (its restart, and its agents' spread return after
 // it) is no partition.
 func (p presence) missed(lastSync, now time.Time) time.Duration {
-	if lastSync.Before(p.started) {
-		lastSync = p.started
+	return max(now.Sub(p.counted(lastSync)), 0)
+}
+
+// counted is when a silence since at starts to count: at, or this hub's
+// start if later. The hub's own downtime never counts against a machine.
+func (p presence) counted(at time.Time) time.Time {
+	if at.Before(p.started) {
+		return p.started
 	}
-	return max(now.Sub(lastSync), 0)
+	return at
 }
 
 // wasOnline reports whether m was online at t, by its last sync alone.
