@@ -8,7 +8,9 @@ package ca
 import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/hkdf"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -151,6 +153,24 @@ func (c *CA) CertificatePEM() []byte { return slices.Clone(c.certPEM) }
 // Fingerprint is the SHA-256 of the CA certificate's DER: what enrolment
 // tokens carry and agents pin.
 func (c *CA) Fingerprint() [32]byte { return c.fp }
+
+// Secret is a 32-byte key derived from the CA's private key for label:
+// every hub holding this CA (a restarted one, each replica) derives the
+// same, and nobody without the CA's key can. Its holder can do no more
+// than the CA's key already lets it.
+func (c *CA) Secret(label string) ([32]byte, error) {
+	var out [32]byte
+	ikm, err := c.key.Bytes()
+	if err != nil {
+		return out, fmt.Errorf("ca: the key's bytes: %w", err)
+	}
+	k, err := hkdf.Key(sha256.New, ikm, c.fp[:], "einsora ca secret: "+label, len(out))
+	if err != nil {
+		return out, fmt.Errorf("ca: derive %q: %w", label, err)
+	}
+	copy(out[:], k)
+	return out, nil
+}
 
 // Pool is a pool holding only the CA.
 func (c *CA) Pool() *x509.CertPool {

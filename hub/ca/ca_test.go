@@ -222,3 +222,26 @@ func TestShortLifetimeBackdatesLittle(t *testing.T) {
 		t.Errorf("backdated %s, want a tenth of the 10s life", got)
 	}
 }
+
+// A secret is the CA's: the same CA, opened again, derives the same one
+// for a label, another label or another CA a different one.
+func TestSecretIsTheCAsAndTheLabels(t *testing.T) {
+	dir := t.TempDir()
+	clk := clock.NewFake(epoch)
+	a, err := openCA(t, dir, clk).Secret("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := openCA(t, dir, clk).Secret("x")
+	other, _ := openCA(t, dir, clk).Secret("y")
+	elsewhere, _ := openCA(t, t.TempDir(), clk).Secret("x")
+	if a != again {
+		t.Error("the same CA opened again derived another secret")
+	}
+	if a == other || a == elsewhere {
+		t.Error("another label or another CA derived the same secret")
+	}
+	if a == ([32]byte{}) {
+		t.Error("the secret is all zeros")
+	}
+}

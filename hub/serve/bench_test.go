@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"net"
 	"path/filepath"
 	"sync"
@@ -104,26 +105,31 @@ func BenchmarkTLSHandshake(b *testing.B) {
 		{"X25519MLKEM768", nil},
 		{"X25519", []tls.CurveID{tls.X25519}},
 	} {
-		b.Run(kx.name, func(b *testing.B) {
-			clientCfg := &tls.Config{
-				MinVersion: tls.VersionTLS13, RootCAs: authority.Pool(), ServerName: "127.0.0.1",
-				Certificates: []tls.Certificate{client}, CurvePreferences: kx.curves,
-			}
-			for b.Loop() {
-				c, err := tls.Dial("tcp", ln.Addr().String(), clientCfg)
-				if err != nil {
-					b.Fatal(err)
+		for _, resume := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/resumed=%v", kx.name, resume), func(b *testing.B) {
+				clientCfg := &tls.Config{
+					MinVersion: tls.VersionTLS13, RootCAs: authority.Pool(), ServerName: "127.0.0.1",
+					Certificates: []tls.Certificate{client}, CurvePreferences: kx.curves,
 				}
-				// The hub writes only once it verified the client's
-				// certificate.
-				var one [1]byte
-				if _, err := c.Read(one[:]); err != nil {
-					b.Fatal(err)
+				if resume {
+					clientCfg.ClientSessionCache = tls.NewLRUClientSessionCache(1)
 				}
-				c.Close()
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "handshakes/s")
-		})
+				for b.Loop() {
+					c, err := tls.Dial("tcp", ln.Addr().String(), clientCfg)
+					if err != nil {
+						b.Fatal(err)
+					}
+					// The hub writes only once it verified the client's
+					// certificate.
+					var one [1]byte
+					if _, err := c.Read(one[:]); err != nil {
+						b.Fatal(err)
+					}
+					c.Close()
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "handshakes/s")
+			})
+		}
 	}
 	ln.Close()
 	wg.Wait()

@@ -53,3 +53,26 @@ func TestReplacedOrUnknownCertificateRefusedAtHandshake(t *testing.T) {
 		t.Fatalf("resumed session of a replaced certificate: got %v, want the handshake refused", err)
 	}
 }
+
+// A restarted hub resumes the TLS sessions its agents had: its session
+// ticket keys are the CA's, not its process's.
+func TestRestartedHubResumesItsAgentsSessions(t *testing.T) {
+	e := startEnv(t, envOptions{pollTimeout: 5 * time.Second})
+	_, nw := e.enroll()
+	tr := nw.Transport()
+	if _, err := tr.Sync(context.Background(), &protocol.SyncRequest{ProtocolVersion: protocol.Version}); err != nil {
+		t.Fatal(err)
+	}
+	raw := rawClient(e, *tr.Certificate())
+	if _, status, err := rawSync(t, e, raw); err != nil || status != http.StatusOK {
+		t.Fatalf("first raw sync: %d, %v", status, err)
+	}
+	e.restart(0)
+	resumed, status, err := rawSync(t, e, raw)
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("raw sync after the restart: %d, %v", status, err)
+	}
+	if !resumed {
+		t.Error("the restarted hub did not resume the session")
+	}
+}

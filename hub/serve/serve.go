@@ -84,7 +84,9 @@ type Server struct {
 	log    *slog.Logger
 	limits Limits
 	base   *tls.Config
-	srv    *http.Server
+	// tickets keeps base's session ticket keys those of the day.
+	tickets *ticketKeys
+	srv     *http.Server
 	// drainTo is immutable.
 	drainTo string
 
@@ -160,6 +162,8 @@ func NewServer(cfg Config) *Server {
 		VerifyConnection: s.verifyConnection,
 		Time:             cfg.Clock.Now,
 	}
+	s.tickets = &ticketKeys{ca: cfg.CA}
+	s.refreshTickets()
 	mux := http.NewServeMux()
 	identify := s.identify
 	mux.Handle(protocol.SyncPath, counted(s.metrics.SyncResult, s.limitMachine(s.drainable(withSignOfLife(s.api.SyncHandler(identify))))))
@@ -200,6 +204,14 @@ func NewServer(cfg Config) *Server {
 	}
 	s.srv.TLSConfig = &tls.Config{GetConfigForClient: s.configForClient, NextProtos: s.base.NextProtos}
 	return s
+}
+
+// refreshTickets keeps the session ticket keys those of the day. A failure
+// leaves Go's random keys, which resume sessions until this hub stops.
+func (s *Server) refreshTickets() {
+	if err := s.tickets.refresh(s.base, s.clk.Now()); err != nil {
+		s.log.Warn("no session ticket keys from the CA: agents resume their sessions only until this hub restarts", "err", err)
+	}
 }
 
 // pingAfter is how long a connection may send no frame before the hub
@@ -276,6 +288,7 @@ func (s *Server) configForClient(hello *tls.ClientHelloInfo) (*tls.Config, error
 		return s.base, nil
 	}
 	s.metrics.TLSHandshake()
+	s.refreshTickets()
 	if !c.begin(s.limits.HandshakeQueueWait) {
 		s.metrics.TLSRefused(metrics.CauseShed)
 		return nil, errors.New("too many handshakes in flight; shedding load")

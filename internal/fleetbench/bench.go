@@ -54,6 +54,9 @@ type Config struct {
 	// (each has its own CPU), and the hub's default of 2 s measures the
 	// bench's own queue; the baseline has no deadline at all.
 	HandshakeTimeout time.Duration
+	// HubFlags are more flags for every hub of the run (not the
+	// baseline), to measure a setting against its default.
+	HubFlags []string
 	// Dir holds the hub's data and logs.
 	Dir string
 	Out io.Writer
@@ -61,10 +64,11 @@ type Config struct {
 
 // hubArgs are the flags every hub of the run gets beyond its own.
 func (cfg Config) hubArgs() []string {
-	if cfg.HandshakeTimeout <= 0 {
-		return nil
+	var args []string
+	if cfg.HandshakeTimeout > 0 {
+		args = append(args, "--handshake-timeout", cfg.HandshakeTimeout.String())
 	}
-	return []string{"--handshake-timeout", cfg.HandshakeTimeout.String()}
+	return append(args, cfg.HubFlags...)
 }
 
 // Limits that bound every wait of a run.
