@@ -1,9 +1,11 @@
 package hub
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"einsora.dev/edge/hub/store"
@@ -56,14 +58,48 @@ type MachineView struct {
 
 // State is the machine's state as the dashboard and the metrics name it:
 // revoked, whatever else, then online or offline.
-func (v MachineView) State() string {
+func (v MachineView) State() string { return stateName(v.Revoked, v.Online) }
+
+func stateName(revoked, online bool) string {
 	switch {
-	case v.Revoked:
+	case revoked:
 		return "revoked"
-	case v.Online:
+	case online:
 		return "online"
 	}
 	return "offline"
+}
+
+// MachineCount is how many machines of a region are in a state
+// (MachineView.State).
+type MachineCount struct {
+	Region, State string
+	N             int
+}
+
+// MachineCounts counts every machine by region and state, as Machines
+// would show them, from what presence needs of each (store.MachineState):
+// a metrics scrape of a large fleet decodes no machine's record.
+func (h *Hub) MachineCounts(ctx context.Context) ([]MachineCount, error) {
+	var ms []store.MachineState
+	if err := h.store.View(ctx, func(tx store.Tx) (err error) { ms, err = tx.MachineStates(); return err }); err != nil {
+		return nil, err
+	}
+	now := h.clk.Now()
+	type key struct{ region, state string }
+	counts := map[key]int{}
+	for _, m := range ms {
+		online := !m.Revoked && h.presence.onlineAt(m.Machine, m.LastSync, now)
+		counts[key{m.Region, stateName(m.Revoked, online)}]++
+	}
+	out := make([]MachineCount, 0, len(counts))
+	for k, n := range counts {
+		out = append(out, MachineCount{Region: k.region, State: k.state, N: n})
+	}
+	slices.SortFunc(out, func(a, b MachineCount) int {
+		return cmp.Or(cmp.Compare(a.Region, b.Region), cmp.Compare(a.State, b.State))
+	})
+	return out, nil
 }
 
 // Machines returns every machine.

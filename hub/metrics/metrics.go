@@ -30,7 +30,7 @@ const (
 
 // Fleet is what the scrape-time collectors read.
 type Fleet interface {
-	Machines(ctx context.Context) ([]hub.MachineView, error)
+	MachineCounts(ctx context.Context) ([]hub.MachineCount, error)
 	WaitingPolls() int
 	// LeadingRegions says, for each region the hub runs a controller
 	// for, whether it leads it now.
@@ -46,6 +46,7 @@ type Hub struct {
 	placements   *prometheus.CounterVec
 	commit       prometheus.Histogram
 	handshakes   prometheus.Counter
+	resumed      prometheus.Counter
 	refusals     *prometheus.CounterVec
 	enrolments   *prometheus.CounterVec
 	renewals     *prometheus.CounterVec
@@ -84,6 +85,8 @@ func New(o Options) *Hub {
 			Help: "Duration of store write transactions, commit included.", Buckets: latency}),
 		handshakes: prometheus.NewCounter(prometheus.CounterOpts{Name: "einsora_hub_tls_handshakes_total",
 			Help: "TLS handshakes begun on the agents' port."}),
+		resumed: prometheus.NewCounter(prometheus.CounterOpts{Name: "einsora_hub_tls_resumed_total",
+			Help: "TLS handshakes on the agents' port that resumed a session and were accepted."}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "einsora_hub_tls_refusals_total",
 			Help: "TLS handshakes refused, by cause (shed, certificate)."}, []string{"cause"}),
 		enrolments: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "einsora_hub_enrolments_total",
@@ -95,7 +98,7 @@ func New(o Options) *Hub {
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "einsora_hub_scrape_errors_total",
 			Help: "Scrapes at which the machines could not be read."}),
 	}
-	m.reg.MustRegister(m.syncs, m.wake, m.admit, m.placements, m.commit, m.handshakes, m.refusals,
+	m.reg.MustRegister(m.syncs, m.wake, m.admit, m.placements, m.commit, m.handshakes, m.resumed, m.refusals,
 		m.enrolments, m.renewals, m.revocations, m.scrapeErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "einsora_hub_build_info",
@@ -166,6 +169,13 @@ func (m *Hub) TLSHandshake() {
 	}
 }
 
+// TLSResumed counts an accepted handshake that resumed a session.
+func (m *Hub) TLSResumed() {
+	if m != nil {
+		m.resumed.Inc()
+	}
+}
+
 // TLSRefused counts a refused handshake.
 func (m *Hub) TLSRefused(cause string) {
 	if m != nil {
@@ -229,9 +239,8 @@ func (c leaderCollector) Collect(ch chan<- prometheus.Metric) {
 
 var machinesDesc = prometheus.NewDesc("einsora_hub_machines", "Machines by state (online, offline, revoked) and region.", []string{"state", "region"}, nil)
 
-// fleetCollector counts machines at scrape time. The hub offers only every
-// machine at once, so a scrape reads them all; a count query in the store
-// would spare that at large fleets.
+// fleetCollector counts machines at scrape time, from what presence needs
+// of each (hub.MachineCounts), not their records.
 type fleetCollector struct {
 	fleet   Fleet
 	timeout time.Duration
@@ -243,19 +252,14 @@ func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) { ch <- machinesDe
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	ms, err := c.fleet.Machines(ctx)
+	counts, err := c.fleet.MachineCounts(ctx)
 	if err != nil {
 		c.errs.Inc()
 		ch <- prometheus.NewInvalidMetric(machinesDesc, err)
 		return
 	}
-	type key struct{ state, region string }
-	counts := map[key]int{}
-	for _, m := range ms {
-		counts[key{m.State(), m.Region}]++
-	}
-	for k, n := range counts {
-		ch <- prometheus.MustNewConstMetric(machinesDesc, prometheus.GaugeValue, float64(n), k.state, k.region)
+	for _, n := range counts {
+		ch <- prometheus.MustNewConstMetric(machinesDesc, prometheus.GaugeValue, float64(n.N), n.State, n.Region)
 	}
 }
 

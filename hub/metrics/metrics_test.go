@@ -18,9 +18,20 @@ type fleet struct {
 	err error
 }
 
-func (f fleet) Machines(context.Context) ([]hub.MachineView, error) { return f.ms, f.err }
-func (f fleet) WaitingPolls() int                                   { return 3 }
-func (f fleet) LeadingRegions() map[string]bool                     { return map[string]bool{"eu": true, "us": false} }
+// MachineCounts counts f's views as the hub counts its machines.
+func (f fleet) MachineCounts(context.Context) ([]hub.MachineCount, error) {
+	counts := map[[2]string]int{}
+	for _, m := range f.ms {
+		counts[[2]string{m.Region, m.State()}]++
+	}
+	var out []hub.MachineCount
+	for k, n := range counts {
+		out = append(out, hub.MachineCount{Region: k[0], State: k[1], N: n})
+	}
+	return out, f.err
+}
+func (f fleet) WaitingPolls() int               { return 3 }
+func (f fleet) LeadingRegions() map[string]bool { return map[string]bool{"eu": true, "us": false} }
 
 func scrape(t *testing.T, m *Hub) string {
 	t.Helper()
@@ -81,6 +92,7 @@ func TestResultOfAndNil(t *testing.T) {
 	m.Placement("placed", "")
 	m.StoreCommit(time.Second)
 	m.TLSHandshake()
+	m.TLSResumed()
 	m.TLSRefused(CauseShed)
 	m.Enrolment(ResultOK)
 	m.Renewal(ResultOK)

@@ -306,6 +306,9 @@ func (s *Server) configForClient(hello *tls.ClientHelloInfo) (*tls.Config, error
 		// the handshake gets a deadline of its own.
 		c.peersTurn()
 		c.vouched(len(cs.PeerCertificates) > 0)
+		if cs.DidResume {
+			s.metrics.TLSResumed()
+		}
 		return nil
 	}
 	return cfg, nil

@@ -56,6 +56,10 @@ type Tx interface {
 	// in ID order: what the sweep reads of a whole region every few
 	// seconds, without decoding every record.
 	LastSyncs(region string) ([]LastSync, error)
+	// MachineStates returns every machine's ID, region, last sync and
+	// revocation, in ID order: what counting the fleet by state needs (a
+	// metrics scrape), without decoding every record.
+	MachineStates() ([]MachineState, error)
 	// MachinesAfter returns at most limit machines whose IDs sort after
 	// after ("" for the first), in ID order: one page of the fleet.
 	MachinesAfter(after string, limit int) ([]Machine, error)
@@ -194,6 +198,14 @@ type Class struct {
 type LastSync struct {
 	Machine string
 	At      time.Time
+}
+
+// MachineState is a machine as counting the fleet sees it.
+type MachineState struct {
+	Machine  string
+	Region   string
+	LastSync time.Time
+	Revoked  bool
 }
 
 // Machine is a registered machine. Owner and Region come from its

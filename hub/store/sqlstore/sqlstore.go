@@ -435,6 +435,25 @@ func (t *tx) LastSyncs(region string) ([]store.LastSync, error) {
 	return out, t.seen(rows.Err())
 }
 
+func (t *tx) MachineStates() ([]store.MachineState, error) {
+	rows, err := t.query(`SELECT id, region, last_sync, revoked FROM machines ORDER BY id` + t.s.d.Collate)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.MachineState
+	for rows.Next() {
+		var m store.MachineState
+		var at int64
+		if err := rows.Scan(&m.Machine, &m.Region, &at, &m.Revoked); err != nil {
+			return nil, t.seen(err)
+		}
+		m.LastSync = fromTS(at)
+		out = append(out, m)
+	}
+	return out, t.seen(rows.Err())
+}
+
 func (t *tx) MachinesAfter(after string, limit int) ([]store.Machine, error) {
 	if limit <= 0 {
 		return nil, nil

@@ -176,15 +176,33 @@ func testMachines(t *testing.T, s store.Store) {
 	update(t, s, func(tx store.Tx) error { return tx.DeleteMachine("m-9") })
 	other := store.Machine{ID: "m-0", Name: "elsewhere", Owner: "acme", Region: "us", LastSync: at.Add(time.Hour), Registered: at}
 	silent := store.Machine{ID: "m-2", Name: "never synced", Owner: "acme", Region: "eu", Registered: at}
-	update(t, s, func(tx store.Tx) error { return errors.Join(tx.PutMachine(other), tx.PutMachine(silent)) })
+	gone := store.Machine{ID: "m-3", Name: "revoked", Owner: "acme", Region: "us", LastSync: at, Registered: at, Revoked: true, RevokedAt: at}
+	update(t, s, func(tx store.Tx) error { return errors.Join(tx.PutMachine(other), tx.PutMachine(silent), tx.PutMachine(gone)) })
 	view(t, s, func(tx store.Tx) error {
 		got, err := tx.LastSyncs("eu")
 		want := []store.LastSync{{Machine: "m-1", At: at}, {Machine: "m-2"}}
 		if err != nil || len(got) != len(want) || got[0].Machine != want[0].Machine || !got[0].At.Equal(at) || got[1] != want[1] {
 			t.Errorf("last syncs of eu: got %+v, %v; want %+v", got, err, want)
 		}
+		states, err := tx.MachineStates()
+		wantStates := []store.MachineState{
+			{Machine: "m-0", Region: "us", LastSync: at.Add(time.Hour)},
+			{Machine: "m-1", Region: "eu", LastSync: at},
+			{Machine: "m-2", Region: "eu"},
+			{Machine: "m-3", Region: "us", LastSync: at, Revoked: true},
+		}
+		if err != nil || len(states) != len(wantStates) {
+			t.Fatalf("machine states: got %+v, %v; want %+v", states, err, wantStates)
+		}
+		for i, w := range wantStates {
+			g := states[i]
+			if g.Machine != w.Machine || g.Region != w.Region || !g.LastSync.Equal(w.LastSync) || g.Revoked != w.Revoked {
+				t.Errorf("machine state %d: got %+v, want %+v", i, g, w)
+			}
+		}
 		return nil
 	})
+	update(t, s, func(tx store.Tx) error { return tx.DeleteMachine("m-3") })
 	later := at.Add(time.Minute)
 	update(t, s, func(tx store.Tx) error { return tx.TouchMachines([]string{"m-1", "m-none"}, later) })
 	update(t, s, func(tx store.Tx) error { return tx.TouchMachines([]string{"m-1"}, at) }) // never back
