@@ -177,7 +177,9 @@ func testMachines(t *testing.T, s store.Store) {
 	other := store.Machine{ID: "m-0", Name: "elsewhere", Owner: "acme", Region: "us", LastSync: at.Add(time.Hour), Registered: at}
 	silent := store.Machine{ID: "m-2", Name: "never synced", Owner: "acme", Region: "eu", Registered: at}
 	gone := store.Machine{ID: "m-3", Name: "revoked", Owner: "acme", Region: "us", LastSync: at, Registered: at, Revoked: true, RevokedAt: at}
-	update(t, s, func(tx store.Tx) error { return errors.Join(tx.PutMachine(other), tx.PutMachine(silent), tx.PutMachine(gone)) })
+	update(t, s, func(tx store.Tx) error {
+		return errors.Join(tx.PutMachine(other), tx.PutMachine(silent), tx.PutMachine(gone))
+	})
 	view(t, s, func(tx store.Tx) error {
 		got, err := tx.LastSyncs("eu")
 		want := []store.LastSync{{Machine: "m-1", At: at}, {Machine: "m-2"}}
