@@ -125,7 +125,11 @@ func TestAgentLearnsAReplicaAndMovesToIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the workload placed by B to run", func() bool {
+	// B learns of the machine enrolled through A from its sweep (every
+	// 15 s; SQLite carries no notifications between them), and the agent
+	// moves within A's reconnect window: under a loaded race run that can
+	// take two sweeps.
+	waitFor(t, 60*time.Second, "the workload placed by B to run", func() bool {
 		got, err := b.hub.Workload(ctx, w.ID)
 		return err == nil && got.State == store.StateRunning
 	})
