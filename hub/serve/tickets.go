@@ -29,7 +29,8 @@ type ticketKeys struct {
 }
 
 // refresh sets cfg's keys for now when its span has changed since the last
-// call: the span's key makes tickets, its predecessor's is accepted.
+// call: the span's key makes tickets, its predecessor's is accepted. An
+// error is returned once a span; cfg keeps its keys until the next.
 func (t *ticketKeys) refresh(cfg *tls.Config, now time.Time) error {
 	span := now.Unix() / int64(ticketKeyLife/time.Second)
 	t.mu.Lock()
@@ -38,6 +39,9 @@ func (t *ticketKeys) refresh(cfg *tls.Config, now time.Time) error {
 		return nil
 	}
 	var keys [][32]byte
+	// Taken even if the keys fail, so a failure is said once a span and
+	// not at every handshake.
+	t.span, t.set = span, true
 	for _, s := range []int64{span, span - 1} {
 		k, err := t.ca.Secret(fmt.Sprintf("tls session tickets %d", s))
 		if err != nil {
@@ -46,6 +50,5 @@ func (t *ticketKeys) refresh(cfg *tls.Config, now time.Time) error {
 		keys = append(keys, k)
 	}
 	cfg.SetSessionTicketKeys(keys)
-	t.span, t.set = span, true
 	return nil
 }
