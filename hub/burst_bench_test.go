@@ -16,15 +16,19 @@ import (
 // controller's passes woken by them, until every workload is placed.
 // Beside each, the same creates with no controller running (admit=false):
 // the floor the store's writes set, so the ratio is what admission adds.
+// creates=batch makes the same workloads MaxCreateBatch a call
+// (CreateWorkloads), one call at a time.
 func BenchmarkBurst(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
-		for _, admit := range []bool{false, true} {
-			b.Run(fmt.Sprintf("machines=%d/admit=%v", n, admit), func(b *testing.B) { burst(b, n, admit) })
+		for _, creates := range []string{"single", "batch"} {
+			for _, admit := range []bool{false, true} {
+				b.Run(fmt.Sprintf("machines=%d/creates=%s/admit=%v", n, creates, admit), func(b *testing.B) { burst(b, n, creates == "batch", admit) })
+			}
 		}
 	}
 }
 
-func burst(b *testing.B, n int, admit bool) {
+func burst(b *testing.B, n int, batch, admit bool) {
 	ctx := context.Background()
 	h := benchRegion(b, n)
 	round := 0
@@ -51,7 +55,11 @@ func burst(b *testing.B, n int, admit bool) {
 				}
 			})
 		}
-		createMany(b, h, n, round)
+		if batch {
+			createBatches(b, h, n, round)
+		} else {
+			createMany(b, h, n, round)
+		}
 		close(done)
 		passes.Wait()
 		for admit && placedCount(b, h) < n {
@@ -83,6 +91,20 @@ func createMany(b *testing.B, h *Hub, n, round int) {
 	}
 	close(ids)
 	workers.Wait()
+}
+
+// createBatches creates n workloads MaxCreateBatch a call.
+func createBatches(b *testing.B, h *Hub, n, round int) {
+	b.Helper()
+	for start := 0; start < n; start += MaxCreateBatch {
+		specs := make([]WorkloadSpec, 0, MaxCreateBatch)
+		for i := start; i < min(start+MaxCreateBatch, n); i++ {
+			specs = append(specs, WorkloadSpec{Tenant: "local", Name: fmt.Sprintf("w%d-%d", round, i), Kind: protocol.KindContainer, Class: "cpu-1", Region: "local", Image: "sim:"})
+		}
+		if _, err := h.CreateWorkloads(context.Background(), specs); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 func placedCount(b *testing.B, h *Hub) int {

@@ -103,6 +103,19 @@ type CreateWorkload struct {
 	protocol.WorkloadSpec
 }
 
+// CreateWorkloads is the body of POST /v1/workloads/batch: up to 1,000
+// workloads created in one transaction, all or none.
+type CreateWorkloads struct {
+	Workloads []CreateWorkload `json:"workloads"`
+}
+
+// CreatedWorkloads answers POST /v1/workloads/batch: the workloads in the
+// order asked, and a warning when a region named has no leader.
+type CreatedWorkloads struct {
+	Workloads []Workload `json:"workloads"`
+	Warning   string     `json:"warning,omitempty"`
+}
+
 // Error is the body of every error answer.
 type Error struct {
 	Error string `json:"error"`

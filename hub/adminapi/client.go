@@ -109,6 +109,16 @@ func (c *Client) CreateWorkload(ctx context.Context, cw CreateWorkload) (w Workl
 	return w, c.do(ctx, http.MethodPost, "/v1/workloads", cw, &w)
 }
 
+// CreateWorkloads creates up to MaxCreateBatch workloads in one call, all
+// or none.
+func (c *Client) CreateWorkloads(ctx context.Context, cws []CreateWorkload) (out CreatedWorkloads, err error) {
+	return out, c.do(ctx, http.MethodPost, "/v1/workloads/batch", CreateWorkloads{Workloads: cws}, &out)
+}
+
+// MaxCreateBatch is the most workloads CreateWorkloads takes (the hub's
+// bound).
+const MaxCreateBatch = 1000
+
 func (c *Client) Workloads(ctx context.Context) (ws []Workload, err error) {
 	return ws, c.do(ctx, http.MethodGet, "/v1/workloads", nil, &ws)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"einsora.dev/edge/hub"
@@ -14,8 +15,15 @@ import (
 	"einsora.dev/edge/protocol"
 )
 
-// maxAdminBody bounds admin request bodies; none needs more.
+// maxAdminBody bounds admin request bodies but a batch's; none needs more.
 const maxAdminBody = 64 << 10
+
+// maxBatchBody bounds a batch of workloads: hub.MaxCreateBatch of them,
+// each with a spec of a few KiB.
+const maxBatchBody = 8 << 20
+
+// batchPath is the one admin path whose body may exceed maxAdminBody.
+const batchPath = "/v1/workloads/batch"
 
 // adminTimeout bounds each admin request: a hub whose store does not
 // answer (a replica cut off from it) answers 503 instead of hanging. A
@@ -39,6 +47,7 @@ func (a *API) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/tokens", a.createToken)
 	mux.HandleFunc("GET /v1/workloads", a.listWorkloads)
 	mux.HandleFunc("POST /v1/workloads", a.createWorkload)
+	mux.HandleFunc("POST "+batchPath, a.createWorkloads)
 	mux.HandleFunc("GET /v1/workloads/{id}", a.showWorkload)
 	mux.HandleFunc("DELETE /v1/workloads/{id}", a.act(a.hub.DeleteWorkload))
 	mux.HandleFunc("POST /v1/workloads/{id}/run", a.act(a.hub.RunWorkload))
@@ -51,7 +60,11 @@ func (a *API) AdminHandler(token string) http.Handler {
 			writeError(w, http.StatusUnauthorized, "missing or wrong admin token; it is in the hub's data directory (admin-token), or set EINSORA_ADMIN_TOKEN")
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxAdminBody)
+		limit := int64(maxAdminBody)
+		if r.URL.Path == batchPath {
+			limit = maxBatchBody
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		ctx, cancel := context.WithTimeoutCause(r.Context(), adminTimeout, errAdminTimeout)
 		defer cancel()
 		mux.ServeHTTP(w, r.WithContext(ctx))
@@ -208,10 +221,7 @@ func (a *API) createWorkload(w http.ResponseWriter, r *http.Request) {
 		a.adminFail(w, r, err)
 		return
 	}
-	wl, err := a.hub.CreateWorkload(r.Context(), hub.WorkloadSpec{
-		Tenant: in.Tenant, Name: in.Name, Kind: protocol.Kind(in.Kind), Class: in.Class, Region: in.Region, Image: in.Image,
-		Spec: in.WorkloadSpec,
-	})
+	wl, err := a.hub.CreateWorkload(r.Context(), workloadSpec(in))
 	if err != nil {
 		a.adminFail(w, r, err)
 		return
@@ -219,6 +229,46 @@ func (a *API) createWorkload(w http.ResponseWriter, r *http.Request) {
 	out := workloadOut(wl, hub.MachineView{})
 	out.Warning = a.hub.UnledWarning(r.Context(), wl.Region)
 	writeJSON(w, http.StatusCreated, out)
+}
+
+// createWorkloads creates a batch, all or none: one transaction, one wake
+// of the controller.
+func (a *API) createWorkloads(w http.ResponseWriter, r *http.Request) {
+	var in adminapi.CreateWorkloads
+	if err := decodeAdmin(r, &in); err != nil {
+		a.adminFail(w, r, err)
+		return
+	}
+	specs := make([]hub.WorkloadSpec, len(in.Workloads))
+	for i, cw := range in.Workloads {
+		specs[i] = workloadSpec(cw)
+	}
+	wls, err := a.hub.CreateWorkloads(r.Context(), specs)
+	if err != nil {
+		a.adminFail(w, r, err)
+		return
+	}
+	out := adminapi.CreatedWorkloads{Workloads: make([]adminapi.Workload, len(wls))}
+	var warnings []string
+	warned := make(map[string]bool)
+	for i, wl := range wls {
+		out.Workloads[i] = workloadOut(wl, hub.MachineView{})
+		if !warned[wl.Region] {
+			warned[wl.Region] = true
+			if text := a.hub.UnledWarning(r.Context(), wl.Region); text != "" {
+				warnings = append(warnings, text)
+			}
+		}
+	}
+	out.Warning = strings.Join(warnings, "; ")
+	writeJSON(w, http.StatusCreated, out)
+}
+
+func workloadSpec(in adminapi.CreateWorkload) hub.WorkloadSpec {
+	return hub.WorkloadSpec{
+		Tenant: in.Tenant, Name: in.Name, Kind: protocol.Kind(in.Kind), Class: in.Class, Region: in.Region, Image: in.Image,
+		Spec: in.WorkloadSpec,
+	}
 }
 
 func (a *API) showWorkload(w http.ResponseWriter, r *http.Request) {

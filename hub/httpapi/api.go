@@ -43,6 +43,7 @@ type Hub interface {
 	Workloads(ctx context.Context) ([]store.Workload, error)
 	Workload(ctx context.Context, id string) (store.Workload, error)
 	CreateWorkload(ctx context.Context, spec hub.WorkloadSpec) (store.Workload, error)
+	CreateWorkloads(ctx context.Context, specs []hub.WorkloadSpec) ([]store.Workload, error)
 	RunWorkload(ctx context.Context, id string) error
 	ParkWorkload(ctx context.Context, id string) error
 	DeleteWorkload(ctx context.Context, id string) error
