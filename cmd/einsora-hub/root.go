@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"einsora.dev/edge/hub/adminapi"
 	"einsora.dev/edge/hub/solo"
@@ -266,12 +267,11 @@ func workloadCmd(g *globals) *cobra.Command {
 	create.Flags().StringVar(&cw.Class, "class", "", "its class (see: einsora-hub class ls)")
 	create.Flags().StringVar(&cw.Region, "region", "", "region it runs in")
 	create.Flags().StringVar(&cw.Image, "image", "", "image it runs")
-	for _, f := range []string{"tenant", "name", "kind", "class", "region"} {
-		create.MarkFlagRequired(f)
-	}
+	var file string
+	create.Flags().StringVarP(&file, "file", "f", "", `create the workloads this JSON file lists ("-": standard input), instead of one from flags`)
 	var sf specFlags
 	sf.add(create)
-	create.RunE = run(g, func(ctx context.Context, c *adminapi.Client) error {
+	runCreate := run(g, func(ctx context.Context, c *adminapi.Client) error {
 		if !protocol.Kind(cw.Kind).Valid() {
 			return cli.Usagef("unknown kind %q: want container, vm, notebook or endpoint", cw.Kind)
 		}
@@ -288,6 +288,30 @@ func workloadCmd(g *globals) *cobra.Command {
 		warn(create, w.Warning)
 		return nil
 	})
+	create.RunE = func(cmd *cobra.Command, args []string) error {
+		if file != "" {
+			var set []string
+			cmd.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
+				if f.Name != "file" && cmd.Flags().Changed(f.Name) {
+					set = append(set, "--"+f.Name)
+				}
+			})
+			if len(set) > 0 {
+				return cli.Usagef("--file takes each workload from the file: drop %s", strings.Join(set, ", "))
+			}
+			return createFromFile(cmd, g, file)
+		}
+		var missing []string
+		for _, f := range []string{"tenant", "name", "kind", "class", "region"} {
+			if !cmd.Flags().Changed(f) {
+				missing = append(missing, `"`+f+`"`)
+			}
+		}
+		if len(missing) > 0 {
+			return cli.Usagef("required flag(s) %s not set (or give --file)", strings.Join(missing, ", "))
+		}
+		return runCreate(cmd, args)
+	}
 
 	ls := &cobra.Command{Use: "ls", Short: "List workloads", Args: cli.Args(cobra.NoArgs)}
 	g.addJSON(ls)
