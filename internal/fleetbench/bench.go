@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"einsora.dev/edge/hub/adminapi"
 	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/internal/testnet"
 )
@@ -57,6 +58,9 @@ type Config struct {
 	// HubFlags are more flags for every hub of the run (not the
 	// baseline), to measure a setting against its default.
 	HubFlags []string
+	// BurstBatch is how many workloads the burst creates per admin call
+	// (at most adminapi.MaxCreateBatch; 1 is a call each, 16 at a time).
+	BurstBatch int
 	// Dir holds the hub's data and logs.
 	Dir string
 	Out io.Writer
@@ -127,6 +131,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Changes < 3 {
 		cfg.Changes = 3
 	}
+	if cfg.BurstBatch > adminapi.MaxCreateBatch {
+		return fmt.Errorf("fleetbench: -burst-batch %d: want 1 to %d", cfg.BurstBatch, adminapi.MaxCreateBatch)
+	}
 	if cfg.ConnectLimit <= 0 {
 		cfg.ConnectLimit = connectLimit
 	}
@@ -139,7 +146,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if need := openFilesNeeded(cfg.N); lim < need {
 		return fmt.Errorf("fleetbench: N=%d needs about %d open files in this process (and as many in the server), the limit is %d: raise the hard limit (ulimit -Hn)", cfg.N, need, lim)
 	}
-	fmt.Fprintf(cfg.Out, "fleetbench: N=%d, idle window %s, %d changes, open-file limit %d, hub flags %q\n", cfg.N, cfg.Window, cfg.Changes, lim, cfg.hubArgs())
+	fmt.Fprintf(cfg.Out, "fleetbench: N=%d, idle window %s, %d changes, burst %d workloads a call, open-file limit %d, hub flags %q\n", cfg.N, cfg.Window, cfg.Changes, max(cfg.BurstBatch, 1), lim, cfg.hubArgs())
 	var targets []target
 	dsn := cfg.Store
 	if cfg.Replicas > 1 || dsn != "" {
@@ -167,10 +174,10 @@ func Run(ctx context.Context, cfg Config) error {
 			if cfg.Store != "" {
 				defer dropPGSchema(dsn, name)
 			}
-			targets = append(targets, newHubTarget(cfg.HubBin, filepath.Join(cfg.Dir, fmt.Sprintf("hub-pg-%d", n)), sdsn, n, cfg.hubArgs()))
+			targets = append(targets, newHubTarget(cfg.HubBin, filepath.Join(cfg.Dir, fmt.Sprintf("hub-pg-%d", n)), sdsn, n, cfg.hubArgs(), cfg.BurstBatch))
 		}
 	} else {
-		targets = append(targets, newHubTarget(cfg.HubBin, filepath.Join(cfg.Dir, "hub"), "", 1, cfg.hubArgs()))
+		targets = append(targets, newHubTarget(cfg.HubBin, filepath.Join(cfg.Dir, "hub"), "", 1, cfg.hubArgs(), cfg.BurstBatch))
 	}
 	baseDir := filepath.Join(cfg.Dir, "baseline")
 	if err := os.MkdirAll(baseDir, 0o700); err != nil {

@@ -281,7 +281,7 @@ exec sleep 60
 	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	h := newHubTarget(bin, filepath.Join(dir, "hub"), "postgres://db/x", 3, nil)
+	h := newHubTarget(bin, filepath.Join(dir, "hub"), "postgres://db/x", 3, nil, 0)
 	if err := h.start(); err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,9 @@ type hubTarget struct {
 	reps []*replica
 	// ids are the change phase's workloads, one per cycle.
 	ids []string
+	// burstBatch is how many workloads the burst creates a call; 1 or
+	// less is a call each.
+	burstBatch int
 }
 
 // replica is one einsora-hub serve process.
@@ -58,8 +61,8 @@ type replica struct {
 
 // newHubTarget makes a target of n hub processes, each given args; store
 // is "" for SQLite (then n is 1) or a PostgreSQL URL.
-func newHubTarget(bin, dir, store string, n int, args []string) *hubTarget {
-	h := &hubTarget{bin: bin, dir: dir, store: store, args: args}
+func newHubTarget(bin, dir, store string, n int, args []string, burstBatch int) *hubTarget {
+	h := &hubTarget{bin: bin, dir: dir, store: store, args: args, burstBatch: burstBatch}
 	for i := range max(n, 1) {
 		h.reps = append(h.reps, &replica{dir: filepath.Join(dir, fmt.Sprintf("r%d", i)), listen: "127.0.0.1:0", admin: "127.0.0.1:0"})
 	}
@@ -311,13 +314,41 @@ func (h *hubTarget) change(ctx context.Context, k, via int) (string, protocol.Mo
 
 func (h *hubTarget) burst(ctx context.Context, n int) ([]string, error) {
 	ids := make([]string, n)
-	err := parallel(ctx, n, 16, func(i int) error {
-		w, err := h.reps[i%len(h.reps)].api.CreateWorkload(ctx, adminapi.CreateWorkload{
+	create := func(i int) adminapi.CreateWorkload {
+		return adminapi.CreateWorkload{
 			Tenant: benchTenant, Name: fmt.Sprintf("burst-%d", i), Kind: string(protocol.KindContainer),
 			Class: "cpu-1", Region: benchRegion, Image: "sim:",
+		}
+	}
+	if h.burstBatch <= 1 {
+		// One admin call a workload, 16 at a time.
+		err := parallel(ctx, n, 16, func(i int) error {
+			w, err := h.reps[i%len(h.reps)].api.CreateWorkload(ctx, create(i))
+			ids[i] = w.ID
+			return err
 		})
-		ids[i] = w.ID
-		return err
+		return ids, err
+	}
+	// A batch a call, as `workload create --file` sends them, one call
+	// at a time to each replica.
+	batches := (n + h.burstBatch - 1) / h.burstBatch
+	err := parallel(ctx, batches, len(h.reps), func(b int) error {
+		start, end := b*h.burstBatch, min((b+1)*h.burstBatch, n)
+		cws := make([]adminapi.CreateWorkload, 0, end-start)
+		for i := start; i < end; i++ {
+			cws = append(cws, create(i))
+		}
+		out, err := h.reps[b%len(h.reps)].api.CreateWorkloads(ctx, cws)
+		if err != nil {
+			return err
+		}
+		if len(out.Workloads) != len(cws) {
+			return fmt.Errorf("batch of %d answered with %d workloads", len(cws), len(out.Workloads))
+		}
+		for i, w := range out.Workloads {
+			ids[start+i] = w.ID
+		}
+		return nil
 	})
 	return ids, err
 }
