@@ -83,10 +83,33 @@ func checkWorkload(cw adminapi.CreateWorkload) error {
 	return cw.WorkloadSpec.Validate()
 }
 
+// batchEnd is where the call that starts at cws[start] ends: at most
+// adminapi.MaxCreateBatch workloads, in at most adminapi.MaxBatchBody bytes.
+func batchEnd(cws []adminapi.CreateWorkload, start int) (int, error) {
+	size := len(`{"workloads":[]}`)
+	end := start
+	for end < len(cws) && end-start < adminapi.MaxCreateBatch {
+		b, err := json.Marshal(cws[end])
+		if err != nil {
+			return 0, err
+		}
+		if size+len(b)+1 > adminapi.MaxBatchBody {
+			break
+		}
+		size += len(b) + 1
+		end++
+	}
+	if end == start {
+		return 0, fmt.Errorf("workload %d (%s) is over %d bytes on its own", start+1, cws[start].Name, adminapi.MaxBatchBody)
+	}
+	return end, nil
+}
+
 // createFromFile creates the workloads of file ("-" for standard input),
-// adminapi.MaxCreateBatch to a call, each call all or none, and prints
-// their IDs in the file's order. Past one call it says how far it got on
-// standard error; should a call fail, the IDs printed are those created.
+// adminapi.MaxCreateBatch to a call (fewer where their size asks it), each
+// call all or none, and prints their IDs in the file's order. Past one
+// call it says how far it got on standard error; should a call fail, the
+// IDs printed are those created.
 func createFromFile(cmd *cobra.Command, g *globals, file string) error {
 	var in io.Reader = cmd.InOrStdin()
 	name := "standard input"
@@ -102,14 +125,24 @@ func createFromFile(cmd *cobra.Command, g *globals, file string) error {
 	if err != nil {
 		return err
 	}
+	// Every call is cut before the first is sent.
+	var ends []int
+	for start := 0; start < len(cws); {
+		end, err := batchEnd(cws, start)
+		if err != nil {
+			return cli.Usagef("%s: %v", name, err)
+		}
+		ends = append(ends, end)
+		start = end
+	}
 	c, err := g.client()
 	if err != nil {
 		return err
 	}
 	out := cmd.OutOrStdout()
 	warned := make(map[string]bool)
-	for start := 0; start < len(cws); start += adminapi.MaxCreateBatch {
-		end := min(start+adminapi.MaxCreateBatch, len(cws))
+	start := 0
+	for _, end := range ends {
 		ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 		created, err := c.CreateWorkloads(ctx, cws[start:end])
 		cancel()
@@ -130,9 +163,10 @@ func createFromFile(cmd *cobra.Command, g *globals, file string) error {
 			warned[created.Warning] = true
 			warn(cmd, created.Warning)
 		}
-		if len(cws) > adminapi.MaxCreateBatch {
+		if len(ends) > 1 {
 			fmt.Fprintf(cmd.ErrOrStderr(), "created %d of %d\n", end, len(cws))
 		}
+		start = end
 	}
 	return nil
 }

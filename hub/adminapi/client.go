@@ -116,8 +116,12 @@ func (c *Client) CreateWorkloads(ctx context.Context, cws []CreateWorkload) (out
 }
 
 // MaxCreateBatch is the most workloads CreateWorkloads takes (the hub's
-// bound).
-const MaxCreateBatch = 1000
+// bound), and MaxBatchBody the most bytes its request body may have:
+// 1,000 workloads of 8 KiB each, or fewer larger ones.
+const (
+	MaxCreateBatch = 1000
+	MaxBatchBody   = 8 << 20
+)
 
 func (c *Client) Workloads(ctx context.Context) (ws []Workload, err error) {
 	return ws, c.do(ctx, http.MethodGet, "/v1/workloads", nil, &ws)

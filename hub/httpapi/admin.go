@@ -18,10 +18,6 @@ import (
 // maxAdminBody bounds admin request bodies but a batch's; none needs more.
 const maxAdminBody = 64 << 10
 
-// maxBatchBody bounds a batch of workloads: hub.MaxCreateBatch of them,
-// each with a spec of a few KiB.
-const maxBatchBody = 8 << 20
-
 // batchPath is the one admin path whose body may exceed maxAdminBody.
 const batchPath = "/v1/workloads/batch"
 
@@ -62,7 +58,7 @@ func (a *API) AdminHandler(token string) http.Handler {
 		}
 		limit := int64(maxAdminBody)
 		if r.URL.Path == batchPath {
-			limit = maxBatchBody
+			limit = adminapi.MaxBatchBody
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		ctx, cancel := context.WithTimeoutCause(r.Context(), adminTimeout, errAdminTimeout)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/adminapi"
 	"einsora.dev/edge/protocol"
 )
@@ -72,7 +73,15 @@ func TestAdminBatchCreateRefusals(t *testing.T) {
 	}
 
 	// Past its body bound: 413-style refusal in words, nothing created.
-	body, err := json.Marshal(adminapi.CreateWorkloads{Workloads: batchOf(9, 1<<20)})
+	// Each workload valid (a spec of 240 KiB, under protocol.MaxSpecBytes),
+	// the whole over the bound.
+	big := batchOf(40, 0)
+	for i := range big {
+		for range 60 {
+			big[i].Command = append(big[i].Command, strings.Repeat("x", 4000))
+		}
+	}
+	body, err := json.Marshal(adminapi.CreateWorkloads{Workloads: big})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,11 +91,25 @@ func TestAdminBatchCreateRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var e adminapi.Error
+	json.NewDecoder(resp.Body).Decode(&e)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("a batch body of %d bytes: got %d, want 400", len(body), resp.StatusCode)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(e.Error, fmt.Sprintf("over %d bytes", adminapi.MaxBatchBody)) {
+		t.Errorf("a batch body of %d bytes: got %d %q, want 400 naming the bound", len(body), resp.StatusCode, e.Error)
 	}
-	if ws, err := c.Workloads(ctx); err != nil || len(ws) != 0 {
-		t.Errorf("an oversized batch left %d workloads (%v)", len(ws), err)
+	// Half of it is taken.
+	if _, err := c.CreateWorkloads(ctx, big[:20]); err != nil {
+		t.Errorf("a batch of %d bytes: %v", len(body)/2, err)
+	}
+	if ws, err := c.Workloads(ctx); err != nil || len(ws) != 20 {
+		t.Errorf("after an oversized batch and one of 20: %d workloads (%v), want 20", len(ws), err)
+	}
+}
+
+// The client's bound is the hub's, so the CLI never cuts a batch the hub
+// refuses.
+func TestBatchBoundsAgree(t *testing.T) {
+	if adminapi.MaxCreateBatch != hub.MaxCreateBatch {
+		t.Errorf("adminapi.MaxCreateBatch %d, hub.MaxCreateBatch %d", adminapi.MaxCreateBatch, hub.MaxCreateBatch)
 	}
 }
