@@ -55,6 +55,12 @@ type Backend interface {
 	// machines the list and the runtime's view disagree on (marked
 	// changed, as Changed does): capacity may have grown.
 	Heard(ls []store.LastSync) int
+	// Behind reports whether Capacity would have more to read than what
+	// changed in one admit batch: the runtime has yet to settle, or a
+	// view it keeps was never read or has changes waiting. Warm then does
+	// that reading in tx, a read transaction outside admission.
+	Behind() bool
+	Warm(tx store.Tx, classes map[string]store.Class) error
 	// Check reads in tx, the old way, what Capacity offers and compares
 	// it with the view Capacity keeps, adopting the full read. It
 	// returns what the view had wrong.
@@ -235,6 +241,16 @@ func (b *agentBackend) Capacity(tx store.Tx, classes map[string]store.Class) (Ca
 		return Capacity{}, err
 	}
 	return Capacity{Fleet: b.view.offer(b.presence, classes)}, nil
+}
+
+func (b *agentBackend) Behind() bool { return !b.settled || b.view.behind() }
+
+// Warm settles and brings the view and its fleet up to date, as the next
+// Capacity would, so that admission after a quiet spell (a restart, a
+// fleet connecting) is not the one to read the region.
+func (b *agentBackend) Warm(tx store.Tx, classes map[string]store.Class) error {
+	_, err := b.Capacity(tx, classes)
+	return err
 }
 
 // settle reports whether the hub may admit. Right after it starts, it has

@@ -136,6 +136,15 @@ func (v *capView) forget() {
 	clear(v.changed)
 }
 
+// behind reports whether the view has more to read than what changed in
+// a batch: it was never read, is lost, or has changes waiting; or its
+// fleet is to be built. Only the pass goroutine calls it.
+func (v *capView) behind() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.machines == nil || v.fleet == nil || v.lost || len(v.changed) > 0 || v.pendingLost || len(v.pending) > 0
+}
+
 // prepare takes what changed, for the next transaction to read again.
 // It is called before that transaction begins, so the transaction sees
 // every commit whose change it took (a change is told after its commit),
@@ -160,7 +169,9 @@ func (v *capView) prepare() {
 // changed machines read again, or the whole region read when the view
 // was lost (or never read). What it could not read stays pending.
 func (v *capView) update(tx store.Tx) error {
-	if v.pendingLost || v.machines == nil {
+	// Past a quarter of the region, one read of it is cheaper than a read
+	// per machine (a fleet connecting at once).
+	if v.pendingLost || v.machines == nil || len(v.pending) > max(64, len(v.machines)/4) {
 		ms, err := v.readAll(tx)
 		if err != nil {
 			return err

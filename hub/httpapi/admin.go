@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -50,6 +51,11 @@ func (a *API) AdminHandler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/workloads/{id}/park", a.act(a.hub.ParkWorkload))
 	mux.HandleFunc("GET /v1/workloads/{id}/timeline", a.timeline)
 	mux.HandleFunc("GET /v1/workloads/{id}/logs", a.workloadLogs)
+	// Go's profiles of the hub, for its operators: behind the admin
+	// token like every other route here.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get("Authorization")
 		if subtle.ConstantTimeCompare([]byte(got), []byte("Bearer "+token)) != 1 {
