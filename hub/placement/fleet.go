@@ -186,6 +186,13 @@ func (f *Fleet) compact() {
 // pass's holds on it included) or adding it.
 func (f *Fleet) Update(m Machine) {
 	i, ok := f.byID[m.ID]
+	if ok && f.machines[i].m.Owner == m.Owner && f.machines[i].m.Region == m.Region {
+		ms := &f.machines[i]
+		f.removePlaced(ms.m)
+		f.relist(i, func(ms *machineState) { f.setRecord(ms, m) })
+		f.addPlaced(ms.m)
+		return
+	}
 	if ok {
 		// Out of everything the old record put it in.
 		f.unlist(i)
@@ -224,9 +231,51 @@ func (f *Fleet) SetOnline(id string, online bool) {
 	if !ok || f.machines[i].m.Online == online {
 		return
 	}
-	f.unlist(i)
-	f.machines[i].m.Online = online
-	f.enlist(i)
+	f.relist(i, func(ms *machineState) { ms.m.Online = online })
+}
+
+// relist applies change to machine i, which leaves it in its scope, and
+// moves it on or off only the shortlists whose static rules it now passes
+// or fails. A machine that stays on a list (a placement changed what it
+// holds, the common case) keeps its place: taking it out of each sorted
+// list and inserting it again cost the list's length, for every machine
+// a burst placed on (issue 13).
+func (f *Fleet) relist(i int, change func(ms *machineState)) {
+	ms := &f.machines[i]
+	k := scope{ms.m.Owner, ms.m.Region}
+	on := slices.Clone(ms.lists)
+	var lists []*shortlist
+	var was []stage
+	for key, sl := range f.shortlists {
+		if (scope{key.tenant, key.region}) != k {
+			continue
+		}
+		s, _ := f.static(ms, &sl.w, &sl.c, sl.cands)
+		lists, was = append(lists, sl), append(was, s)
+	}
+	change(ms)
+	ms.lists = ms.lists[:0]
+	for j, sl := range lists {
+		// The reason nothing fits may change with it.
+		sl.known = false
+		s, permitted := f.static(ms, &sl.w, &sl.c, sl.cands)
+		listed := slices.Contains(on, sl)
+		if !listed && was[j] != stageFits {
+			sl.fails[was[j]]--
+		}
+		switch {
+		case listed && s == stageFits:
+			sl.set(f, i, permitted)
+			ms.lists = append(ms.lists, sl)
+		case listed:
+			sl.remove(f, i)
+			sl.fails[s]++
+		case s == stageFits:
+			sl.add(f, i, permitted)
+		default:
+			sl.fails[s]++
+		}
+	}
 }
 
 func (f *Fleet) addPlaced(m Machine) {
@@ -496,6 +545,19 @@ func (sl *shortlist) add(f *Fleet, i int, permitted []int) {
 	sl.machines = slices.Insert(sl.machines, at, i)
 	sl.drivers = slices.Insert(sl.drivers, at, permitted)
 	f.machines[i].lists = append(f.machines[i].lists, sl)
+	sl.pass = 0
+}
+
+// set changes the drivers machine i is permitted on the list, where it
+// stays; the list's pass state starts again, as its record changed.
+func (sl *shortlist) set(f *Fleet, i int, permitted []int) {
+	at, ok := slices.BinarySearchFunc(sl.machines, f.machines[i].m.ID, f.byIDOrder)
+	if !ok {
+		sl.machines = slices.Insert(sl.machines, at, i)
+		sl.drivers = slices.Insert(sl.drivers, at, permitted)
+	} else {
+		sl.drivers[at] = permitted
+	}
 	sl.pass = 0
 }
 
