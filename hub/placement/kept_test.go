@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+
+	"einsora.dev/edge/protocol"
 )
 
 // Issue 13: a controller keeps one Fleet across passes and tells it what
@@ -147,4 +149,30 @@ func (w *world) keptPass(kept *Fleet) []string {
 		heldOn = append(heldOn, got.Machine)
 	}
 	return heldOn
+}
+
+// A machine updated mid-pass is offered again by the lists it stays on,
+// even one that had dropped it as full earlier in the pass.
+func TestUpdateMidPassOffersTheMachineAgain(t *testing.T) {
+	a, b := linux("a", "acme", "eu", 0), linux("b", "acme", "eu", 0)
+	a.CPUs, b.CPUs = 2, 1
+	f := NewFleet([]Machine{a, b}, DefaultDrivers)
+	c := class(t, "cpu-1")
+	place := func(id string) string {
+		t.Helper()
+		d, err := f.Place(wl(id, "acme", "eu", protocol.KindContainer, c.Name), c)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		return d.Machine
+	}
+	// Best fit: b, then b is full and left behind; a.
+	if got := []string{place("w1"), place("w2")}; got[0] != "b" || got[1] != "a" {
+		t.Fatalf("placed on %v, want [b a]", got)
+	}
+	b.CPUs = 4 // b grew; its record replaces the pass's hold on it
+	f.Update(b)
+	if got := []string{place("w3"), place("w4")}; got[0] != "a" || got[1] != "b" {
+		t.Fatalf("after b grew, placed on %v, want [a b]", got)
+	}
 }
