@@ -7,6 +7,7 @@
 package fleetbench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -326,7 +327,7 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	r.wakeP50, r.wakeP99 = percentile(lat, 50), percentile(lat, 99)
 	r.crossP50, r.crossP99, r.nCross = percentile(cross, 50), percentile(cross, 99), len(cross)
 	r.sameP50, r.sameP99, r.nSame = percentile(same, 50), percentile(same, 99), len(same)
-	fmt.Fprintf(cfg.Out, "  change: hub CPU %s each, wake p50 %s p99 %s\n", r.cpuPerChange.Round(10*time.Microsecond), r.wakeP50.Round(10*time.Microsecond), r.wakeP99.Round(10*time.Microsecond))
+	fmt.Fprintf(cfg.Out, "  change: hub CPU %s each, wake p50 %s p99 %s; slowest %s\n", r.cpuPerChange.Round(10*time.Microsecond), r.wakeP50.Round(10*time.Microsecond), r.wakeP99.Round(10*time.Microsecond), slowest(lat, 3))
 	if len(urls) > 1 {
 		fmt.Fprintf(cfg.Out, "  across replicas (%d): wake p50 %s p99 %s; on the agent's replica (%d): p50 %s p99 %s\n",
 			r.nCross, r.crossP50.Round(10*time.Microsecond), r.crossP99.Round(10*time.Microsecond),
@@ -582,4 +583,19 @@ func printTable(w io.Writer, n int, cols []column) {
 		}
 		fmt.Fprintf(w, " %s %d%s", c.name, c.r.errs, sep)
 	}
+}
+
+// slowest names the n slowest changes by their place in the phase and
+// kind (a create, park or run, in that order), for a p99 to be looked into.
+func slowest(lat []time.Duration, n int) string {
+	idx := make([]int, len(lat))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(lat[b], lat[a]) })
+	var parts []string
+	for _, k := range idx[:min(n, len(idx))] {
+		parts = append(parts, fmt.Sprintf("#%d %s %s", k, [3]string{"create", "park", "run"}[k%3], lat[k].Round(10*time.Microsecond)))
+	}
+	return strings.Join(parts, ", ")
 }
