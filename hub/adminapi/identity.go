@@ -37,6 +37,9 @@ type Counters struct {
 	StaleStatuses        int64 `json:"stale_statuses"`
 	TimelineLinesDropped int64 `json:"timeline_lines_dropped"`
 	TimelineLinesRetired int64 `json:"timeline_lines_retired"`
+	// LongPolls is how many agents' polls the hub holds now (the gauge
+	// einsora_hub_long_polls, without a scrape's cost).
+	LongPolls int `json:"long_polls"`
 }
 
 // Counters reads the hub's counters.

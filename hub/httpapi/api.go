@@ -49,6 +49,7 @@ type Hub interface {
 	DeleteWorkload(ctx context.Context, id string) error
 	Timeline(ctx context.Context, id string) ([]store.TimelineEntry, error)
 	Counters() hub.Counters
+	WaitingPolls() int
 	// UnledWarning is one line when no hub leads region now, else "".
 	UnledWarning(ctx context.Context, region string) string
 	// Workloads' output (hub/logs.go).

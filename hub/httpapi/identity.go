@@ -39,6 +39,7 @@ func (a *API) counters(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, adminapi.Counters{
 		DroppedStatuses: c.DroppedStatuses, StaleStatuses: c.StaleStatuses,
 		TimelineLinesDropped: c.TimelineLinesDropped, TimelineLinesRetired: c.TimelineLinesRetired,
+		LongPolls: a.hub.WaitingPolls(),
 	})
 }
 

@@ -105,3 +105,39 @@ func TestCountersShowDroppedStatuses(t *testing.T) {
 		t.Errorf("counters %+v (%v), want one dropped status", c, err)
 	}
 }
+
+// The counters say how many polls the hub holds now, as the gauge does.
+func TestCountersSayTheHeldPolls(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m1")
+	_, c := adminServer(t, h)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first, err := h.Sync(ctx, "m1", &protocol.SyncRequest{ProtocolVersion: protocol.Version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Nothing new for it: the hub holds the poll.
+		h.Sync(ctx, "m1", &protocol.SyncRequest{ProtocolVersion: protocol.Version, Generation: first.Generation,
+			AppliedGeneration: first.Generation, StoreID: first.StoreID})
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for h.WaitingPolls() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the poll was not held")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	got, err := c.Counters(context.Background())
+	if err != nil || got.LongPolls != 1 {
+		t.Errorf("with one poll held: long_polls %d, %v; want 1", got.LongPolls, err)
+	}
+	cancel()
+	<-done
+	if got, err := c.Counters(context.Background()); err != nil || got.LongPolls != 0 {
+		t.Errorf("with none held: long_polls %d, %v; want 0", got.LongPolls, err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"einsora.dev/edge/hub/adminapi"
 	"einsora.dev/edge/internal/pgtest"
 )
 
@@ -149,25 +150,27 @@ func TestViaForCrossesAndStays(t *testing.T) {
 	}
 }
 
-// longPolls reads the gauge from a real /metrics answer and says when it
-// is missing.
-func TestLongPollsReadsTheGauge(t *testing.T) {
-	body := "# HELP einsora_hub_long_polls Agent polls held open now.\n# TYPE einsora_hub_long_polls gauge\neinsora_hub_long_polls 1234\neinsora_hub_long_polls_other 7\n"
+// longPolls reads the held polls from the hub's counters, with the admin
+// token, and says when they cannot be read.
+func TestLongPollsReadsTheCounters(t *testing.T) {
+	status := http.StatusOK
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/metrics" {
+		if r.URL.Path != "/v1/counters" || r.Header.Get("Authorization") != "Bearer tok" {
 			http.NotFound(w, r)
 			return
 		}
-		io.WriteString(w, body)
+		w.WriteHeader(status)
+		io.WriteString(w, `{"dropped_statuses":3,"long_polls":1234}`)
 	}))
 	defer srv.Close()
-	n, err := longPolls(context.Background(), srv.URL)
+	api := &adminapi.Client{BaseURL: srv.URL, Token: "tok"}
+	n, err := longPolls(context.Background(), api)
 	if err != nil || n != 1234 {
 		t.Fatalf("got %d, %v; want 1234", n, err)
 	}
-	body = "go_goroutines 12\n"
-	if n, err := longPolls(context.Background(), srv.URL); err == nil {
-		t.Errorf("no gauge: got %d, want an error", n)
+	status = http.StatusServiceUnavailable
+	if n, err := longPolls(context.Background(), api); err == nil {
+		t.Errorf("a failing hub: got %d, want an error", n)
 	}
 }
 
