@@ -137,12 +137,13 @@ func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (la
 	var (
 		wakes    changes
 		decided  []decision
+		placed   []store.Workload
 		epoch    int64
 		settling bool
 	)
 	c.backend.Prepare()
 	err = c.store.Update(ctx, func(tx store.Tx) error {
-		wakes, decided, last, n, settling = wakes[:0], decided[:0], store.Workload{}, 0, false
+		wakes, decided, placed, last, n, settling = wakes[:0], decided[:0], placed[:0], store.Workload{}, 0, false
 		var err error
 		if epoch, err = c.fenced(tx); err != nil {
 			return err
@@ -169,6 +170,9 @@ func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (la
 			if err := c.admitOne(tx, fleet, classes, &w, &wakes, &decided); err != nil {
 				return fmt.Errorf("admit %s: %w", w.ID, err)
 			}
+			if w.State == store.StateProvisioning {
+				placed = append(placed, w)
+			}
 		}
 		return nil
 	})
@@ -188,8 +192,14 @@ func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (la
 			outcomes = append(outcomes, placementOutcome{OutcomeQueued, d.code})
 		}
 	}
-	// What it placed or moved now holds capacity elsewhere.
-	c.backend.Changed(machinesOf(refsOf(wakes))...)
+	// What it placed holds capacity on its new machine, as written; what
+	// it moved no longer holds any on the old one, read again.
+	c.backend.Placed(placed...)
+	for _, wk := range wakes {
+		if wk.mode != protocol.ModeRun {
+			c.backend.Changed(wk.ref.Machine)
+		}
+	}
 	tell(c.backend, wakes)
 	c.countPlacements(outcomes)
 	return last, n, nil

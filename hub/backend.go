@@ -35,6 +35,11 @@ type Backend interface {
 	// records or what is placed on them changed, so a view it keeps of
 	// them reads them again. Safe from any goroutine.
 	Changed(machineIDs ...string)
+	// Placed tells the runtime, after the commit, that these workloads
+	// were placed as they are given, on machines nothing else changed in
+	// that transaction: a view it keeps takes them without reading their
+	// machines again. Only the controller's passes call it.
+	Placed(ws ...store.Workload)
 	// Prepare is called before each transaction that calls Capacity or
 	// Check: the changes told before it are those that transaction reads
 	// again, so it sees their commits whatever its isolation.
@@ -161,6 +166,7 @@ func (b *agentBackend) Run(refs ...Ref)       { b.wake(machinesOf(refs)) }
 func (b *agentBackend) Park(refs ...Ref)      { b.wake(machinesOf(refs)) }
 func (b *agentBackend) Delete(refs ...Ref)    { b.wake(machinesOf(refs)) }
 func (b *agentBackend) Changed(ids ...string) { b.view.touch(ids...) }
+func (b *agentBackend) Placed(ws ...store.Workload) { b.view.placed(ws) }
 func (b *agentBackend) Forget()               { b.view.forget() }
 func (b *agentBackend) Prepare()              { b.view.prepare() }
 

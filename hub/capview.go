@@ -128,6 +128,31 @@ func (v *capView) touch(ids ...string) {
 	}
 }
 
+// placed takes workloads admission placed, as committed, into the holdings
+// of their machines, and tells the fleet: reading each machine again cost
+// an admit batch two queries for every workload the one before it placed
+// (issue 13). A machine the view does not know, or that is to be read
+// again anyway (changed or pending), is left to that read. Only the pass
+// goroutine calls it.
+func (v *capView) placed(ws []store.Workload) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, w := range ws {
+		vm := v.machines[w.Machine]
+		if v.lost || v.pendingLost || vm == nil || v.changed[w.Machine] || v.pending[w.Machine] {
+			continue
+		}
+		// In the store's order (created, then ID), in place of an older
+		// copy of it.
+		vm.holding = slices.DeleteFunc(vm.holding, func(h store.Workload) bool { return h.ID == w.ID })
+		at, _ := slices.BinarySearchFunc(vm.holding, w, func(a, b store.Workload) int {
+			return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
+		})
+		vm.holding = slices.Insert(vm.holding, at, w)
+		v.refreshed[w.Machine] = true
+	}
+}
+
 // forget makes the next use read the store whole.
 func (v *capView) forget() {
 	v.mu.Lock()
