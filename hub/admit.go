@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"einsora.dev/edge/hub/placement"
@@ -192,15 +193,12 @@ func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (la
 			outcomes = append(outcomes, placementOutcome{OutcomeQueued, d.code})
 		}
 	}
-	// What it placed holds capacity on its new machine, as written; what
-	// it moved no longer holds any on the old one, read again.
+	// What it placed holds capacity on its new machine, as written, and
+	// runs there; what it moved holds none on the old one, read again.
 	c.backend.Placed(placed...)
-	for _, wk := range wakes {
-		if wk.mode != protocol.ModeRun {
-			c.backend.Changed(wk.ref.Machine)
-		}
-	}
-	tell(c.backend, wakes)
+	moved := slices.DeleteFunc(wakes, func(wk change) bool { return wk.mode == protocol.ModeRun })
+	c.backend.Changed(machinesOf(refsOf(moved))...)
+	tell(c.backend, moved)
 	c.countPlacements(outcomes)
 	return last, n, nil
 }

@@ -37,8 +37,8 @@ type Backend interface {
 	Changed(machineIDs ...string)
 	// Placed tells the runtime, after the commit, that these workloads
 	// were placed as they are given, on machines nothing else changed in
-	// that transaction: a view it keeps takes them without reading their
-	// machines again. Only the controller's passes call it.
+	// that transaction, to run: a view it keeps takes them without reading
+	// their machines again. Only the controller's passes call it.
 	Placed(ws ...store.Workload)
 	// Prepare is called before each transaction that calls Capacity or
 	// Check: the changes told before it are those that transaction reads
@@ -152,8 +152,9 @@ type agentBackend struct {
 	region   string
 	log      *slog.Logger
 	presence presence
-	// wake wakes the machines' long polls, deduplicated.
-	wake func(machineIDs []string)
+	// wake wakes the machines' long polls, deduplicated, and marks them
+	// changed in the view; wakePolls only wakes them.
+	wake, wakePolls func(machineIDs []string)
 	// settled is set, once and for good, when the machines expected have
 	// synced (see settle). Only the controller's admit step touches it.
 	settled bool
@@ -166,7 +167,16 @@ func (b *agentBackend) Run(refs ...Ref)       { b.wake(machinesOf(refs)) }
 func (b *agentBackend) Park(refs ...Ref)      { b.wake(machinesOf(refs)) }
 func (b *agentBackend) Delete(refs ...Ref)    { b.wake(machinesOf(refs)) }
 func (b *agentBackend) Changed(ids ...string) { b.view.touch(ids...) }
-func (b *agentBackend) Placed(ws ...store.Workload) { b.view.placed(ws) }
+
+// Placed takes the placements into the view and wakes their machines.
+func (b *agentBackend) Placed(ws ...store.Workload) {
+	b.view.placed(ws)
+	ids := make([]string, len(ws))
+	for i, w := range ws {
+		ids[i] = w.Machine
+	}
+	b.wakePolls(ids)
+}
 func (b *agentBackend) Forget()               { b.view.forget() }
 func (b *agentBackend) Prepare()              { b.view.prepare() }
 

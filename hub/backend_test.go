@@ -40,6 +40,13 @@ func (r *recordingBackend) Run(refs ...Ref) {
 	r.Backend.Run(refs...)
 }
 
+func (r *recordingBackend) Placed(ws ...store.Workload) {
+	for _, w := range ws {
+		r.note("placed " + w.ID + " on " + w.Machine)
+	}
+	r.Backend.Placed(ws...)
+}
+
 func (r *recordingBackend) Park(refs ...Ref) {
 	for _, ref := range refs {
 		r.note("park " + ref.Workload + " on " + ref.Machine)
@@ -63,7 +70,7 @@ func (r *recordingBackend) take() []string {
 }
 
 // TestControllerReachesTheRuntimeThroughTheBackend: placing asks the
-// backend for capacity and tells it to run; a report is read through
+// backend for capacity and tells it what it placed, to run; a report is read through
 // Observe; parking and deleting tell it so, naming workload and machine.
 func TestControllerReachesTheRuntimeThroughTheBackend(t *testing.T) {
 	h := newTestHub(t)
@@ -73,7 +80,7 @@ func TestControllerReachesTheRuntimeThroughTheBackend(t *testing.T) {
 	w := h.create("web", protocol.KindContainer)
 	h.pass()
 	calls := rec.take()
-	for _, want := range []string{"capacity", "run " + w.ID + " on m-1"} {
+	for _, want := range []string{"capacity", "placed " + w.ID + " on m-1"} {
 		if !slices.Contains(calls, want) {
 			t.Errorf("admitting: calls %q lack %q", calls, want)
 		}

@@ -179,6 +179,13 @@ func (h *Hub) WaitingPolls() int { return int(h.polls.held.Load()) }
 func (h *Hub) wakeAll(ids []string) {
 	// A change to a machine's desired state may change what it holds.
 	h.machinesChanged(ids...)
+	h.wakePolls(ids)
+}
+
+// wakePolls wakes the machines' long polls, here and on every other
+// replica, and tells no capacity view: for a change the view took itself
+// (admission's placements, capView.placed).
+func (h *Hub) wakePolls(ids []string) {
 	for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
 		h.Wake(id)
 		h.notifyReplicas(context.Background(), id)
