@@ -131,15 +131,14 @@ func (v *capView) touch(ids ...string) {
 // placed takes workloads admission placed, as committed, into the holdings
 // of their machines, and tells the fleet: reading each machine again cost
 // an admit batch two queries for every workload the one before it placed
-// (issue 13). A machine the view does not know, or that is to be read
-// again anyway (changed or pending), is left to that read. Only the pass
-// goroutine calls it.
+// (issue 13). A machine the view does not know yet is left to the read
+// that will find it (it was marked changed when it came); one to be read
+// again anyway takes the placement now and is replaced then. Only the
+// pass goroutine calls it.
 func (v *capView) placed(ws []store.Workload) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
 	for _, w := range ws {
 		vm := v.machines[w.Machine]
-		if v.lost || v.pendingLost || vm == nil || v.changed[w.Machine] || v.pending[w.Machine] {
+		if vm == nil {
 			continue
 		}
 		// In the store's order (created, then ID), in place of an older
