@@ -167,6 +167,8 @@ func (b *agentBackend) Run(refs ...Ref)       { b.wake(machinesOf(refs)) }
 func (b *agentBackend) Park(refs ...Ref)      { b.wake(machinesOf(refs)) }
 func (b *agentBackend) Delete(refs ...Ref)    { b.wake(machinesOf(refs)) }
 func (b *agentBackend) Changed(ids ...string) { b.view.touch(ids...) }
+func (b *agentBackend) Forget()               { b.view.forget() }
+func (b *agentBackend) Prepare()              { b.view.prepare() }
 
 // Placed takes the placements into the view and wakes their machines.
 func (b *agentBackend) Placed(ws ...store.Workload) {
@@ -177,8 +179,6 @@ func (b *agentBackend) Placed(ws ...store.Workload) {
 	}
 	b.wakePolls(ids)
 }
-func (b *agentBackend) Forget()               { b.view.forget() }
-func (b *agentBackend) Prepare()              { b.view.prepare() }
 
 func (b *agentBackend) Heard(ls []store.LastSync) int { return b.view.heard(ls) }
 
