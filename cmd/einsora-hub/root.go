@@ -260,7 +260,13 @@ func workloadCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "workload", Short: "Manage workloads"}
 
 	var cw adminapi.CreateWorkload
-	create := &cobra.Command{Use: "create", Short: "Create a workload; prints its id", Args: cli.Args(cobra.NoArgs)}
+	create := &cobra.Command{Use: "create", Short: "Create a workload, or those a file lists (--file); prints their IDs", Args: cli.Args(cobra.NoArgs),
+		Long: `Create a workload from flags (--tenant, --name, --kind, --class and --region
+are needed), or every workload a JSON file lists with --file: an array of
+objects, or one object a line, each with the fields tenant, name, kind, class,
+region, image, command, env, secret_env, ports, workdir, volumes and restart.
+A file's workloads are sent up to 1,000 to a call, each call all or none; the
+IDs are printed in the file's order.`}
 	create.Flags().StringVar(&cw.Tenant, "tenant", "", "tenant that owns it")
 	create.Flags().StringVar(&cw.Name, "name", "", "its name")
 	create.Flags().StringVar(&cw.Kind, "kind", "", "container, vm, notebook or endpoint")
