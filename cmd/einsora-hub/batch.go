@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -69,18 +68,30 @@ func readWorkloads(r io.Reader, name string) ([]adminapi.CreateWorkload, error) 
 	return out, nil
 }
 
+// createRequired are the fields every workload needs, as flags of
+// `workload create` and in a file's entries.
+var createRequired = []string{"tenant", "name", "kind", "class", "region"}
+
 // checkWorkload is what the CLI can check of one workload without the
 // hub: its required fields, its kind and its spec.
 func checkWorkload(cw adminapi.CreateWorkload) error {
-	for _, f := range []struct{ name, v string }{{"tenant", cw.Tenant}, {"name", cw.Name}, {"kind", cw.Kind}, {"class", cw.Class}, {"region", cw.Region}} {
-		if f.v == "" {
-			return fmt.Errorf("%q is required", f.name)
+	values := map[string]string{"tenant": cw.Tenant, "name": cw.Name, "kind": cw.Kind, "class": cw.Class, "region": cw.Region}
+	for _, f := range createRequired {
+		if values[f] == "" {
+			return fmt.Errorf("%q is required", f)
 		}
 	}
-	if !protocol.Kind(cw.Kind).Valid() {
-		return fmt.Errorf("unknown kind %q: want container, vm, notebook or endpoint", cw.Kind)
+	if err := checkKind(cw.Kind); err != nil {
+		return err
 	}
 	return cw.WorkloadSpec.Validate()
+}
+
+func checkKind(kind string) error {
+	if !protocol.Kind(kind).Valid() {
+		return fmt.Errorf("unknown kind %q: want container, vm, notebook or endpoint", kind)
+	}
+	return nil
 }
 
 // batchEnd is where the call that starts at cws[start] ends: at most
@@ -121,7 +132,7 @@ func createFromFile(cmd *cobra.Command, g *globals, file string) error {
 		defer f.Close()
 		in, name = f, file
 	}
-	cws, err := readWorkloads(bufio.NewReader(in), name)
+	cws, err := readWorkloads(in, name)
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,6 @@ import (
 	"einsora.dev/edge/hub/solo"
 	"einsora.dev/edge/internal/cli"
 	"einsora.dev/edge/internal/vzhost"
-	"einsora.dev/edge/protocol"
 )
 
 func newRoot() *cobra.Command {
@@ -278,8 +277,8 @@ IDs are printed in the file's order.`}
 	var sf specFlags
 	sf.add(create)
 	runCreate := run(g, func(ctx context.Context, c *adminapi.Client) error {
-		if !protocol.Kind(cw.Kind).Valid() {
-			return cli.Usagef("unknown kind %q: want container, vm, notebook or endpoint", cw.Kind)
+		if err := checkKind(cw.Kind); err != nil {
+			return &cli.UsageError{Err: err}
 		}
 		spec, err := sf.spec()
 		if err != nil {
@@ -308,7 +307,7 @@ IDs are printed in the file's order.`}
 			return createFromFile(cmd, g, file)
 		}
 		var missing []string
-		for _, f := range []string{"tenant", "name", "kind", "class", "region"} {
+		for _, f := range createRequired {
 			if !cmd.Flags().Changed(f) {
 				missing = append(missing, `"`+f+`"`)
 			}

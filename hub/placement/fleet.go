@@ -548,14 +548,10 @@ func (sl *shortlist) add(f *Fleet, i int, permitted []int) {
 	sl.pass = 0
 }
 
-// set changes the drivers machine i is permitted on the list, where it
-// stays; the list's pass state starts again, as its record changed.
+// set changes the drivers machine i, which is on the list, is permitted
+// there; the list's pass state starts again, as its record changed.
 func (sl *shortlist) set(f *Fleet, i int, permitted []int) {
-	at, ok := slices.BinarySearchFunc(sl.machines, f.machines[i].m.ID, f.byIDOrder)
-	if !ok {
-		sl.machines = slices.Insert(sl.machines, at, i)
-		sl.drivers = slices.Insert(sl.drivers, at, permitted)
-	} else {
+	if at, ok := slices.BinarySearchFunc(sl.machines, f.machines[i].m.ID, f.byIDOrder); ok {
 		sl.drivers[at] = permitted
 	}
 	sl.pass = 0
