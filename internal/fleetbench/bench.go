@@ -254,7 +254,7 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	}
 	r.cold = time.Since(start)
 	r.coldDials = float64(f.m.dials.Load()) / float64(cfg.N)
-	fmt.Fprintf(cfg.Out, "  cold connect %s, %.2f connections per agent\n", r.cold.Round(time.Millisecond), r.coldDials)
+	fmt.Fprintf(cfg.Out, "  cold connect %s, %.2f connections per agent; failed syncs: %s\n", r.cold.Round(time.Millisecond), r.coldDials, f.causes.take())
 
 	// Memory and idle cost, every agent connected and waiting; summed
 	// over the processes.
@@ -356,6 +356,7 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	crashed, _ := hubclient.ParseHubURL(urls[0])
 	hit := len(f.onReplica(crashed.String()))
 	d0 := f.m.dials.Load()
+	f.causes.take() // the restart's own, below
 	start = time.Now()
 	t.crash()
 	if err := t.restart(); err != nil {
@@ -367,8 +368,8 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	r.restart = time.Since(start)
 	r.restartDials = float64(f.m.dials.Load()-d0) / float64(max(hit, 1))
 	r.errs = f.errs.Load()
-	fmt.Fprintf(cfg.Out, "  kill -9 and restart: its %d agents synced again (all but %d of the %d) after %s, %.2f connections per agent\n",
-		hit, restartSlack(cfg.N), cfg.N, r.restart.Round(time.Millisecond), r.restartDials)
+	fmt.Fprintf(cfg.Out, "  kill -9 and restart: its %d agents synced again (all but %d of the %d) after %s, %.2f connections per agent; failed syncs: %s\n",
+		hit, restartSlack(cfg.N), cfg.N, r.restart.Round(time.Millisecond), r.restartDials, f.causes.take())
 	return r, nil
 }
 

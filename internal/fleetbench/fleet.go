@@ -1,11 +1,17 @@
 package fleetbench
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +38,7 @@ type fleet struct {
 	// waiter then times out and says so.
 	wakes  chan wake
 	errs   atomic.Int64
+	causes causes
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -124,6 +131,7 @@ func (a *simAgent) loop(ctx context.Context, f *fleet) {
 				continue
 			}
 			f.errs.Add(1)
+			f.causes.add(err)
 			t := time.NewTimer(bo.Next())
 			select {
 			case <-ctx.Done():
@@ -281,4 +289,65 @@ func (c *collector) waitAll(ids []string, deadline time.Duration) (time.Time, er
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// causes tallies failed syncs by kind, for a phase that retried more than
+// it should to say why.
+type causes struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// maxCauses bounds the tally: past it, new kinds count as "other".
+const maxCauses = 16
+
+func (c *causes) add(err error) {
+	k := causeOf(err)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	if _, ok := c.n[k]; !ok && len(c.n) >= maxCauses {
+		k = "other"
+	}
+	c.n[k]++
+}
+
+// take returns the tally, most frequent first, and starts a new one.
+func (c *causes) take() string {
+	c.mu.Lock()
+	n := c.n
+	c.n = nil
+	c.mu.Unlock()
+	keys := slices.Collect(maps.Keys(n))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(n[b], n[a]), cmp.Compare(a, b)) })
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, n[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// causeOf names an error's kind without what varies between agents.
+func causeOf(err error) string {
+	var he *hubclient.HubError
+	var tr *hubclient.TLSRefusedError
+	var ne net.Error
+	switch {
+	case errors.As(err, &he):
+		return fmt.Sprintf("HTTP %d", he.Code)
+	case errors.As(err, &tr):
+		return "TLS refused (" + tr.Alert + ")"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed"
+	case errors.As(err, &ne):
+		return "network"
+	}
+	return "other"
 }

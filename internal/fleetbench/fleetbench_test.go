@@ -3,6 +3,7 @@ package fleetbench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"einsora.dev/edge/hub/adminapi"
+	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/internal/pgtest"
 )
 
@@ -321,5 +323,29 @@ func TestRestartSlack(t *testing.T) {
 		if got := restartSlack(n); got != want {
 			t.Errorf("restartSlack(%d) = %d, want %d", n, got, want)
 		}
+	}
+}
+
+// The failed syncs of a phase are told by kind, most frequent first, in a
+// bounded tally that starts again when taken.
+func TestCausesTallyFailedSyncsByKind(t *testing.T) {
+	var c causes
+	for range 3 {
+		c.add(&hubclient.HubError{Code: http.StatusServiceUnavailable, Message: "the hub is busy"})
+	}
+	c.add(fmt.Errorf("sync: %w", io.ErrUnexpectedEOF))
+	c.add(fmt.Errorf("sync: %w", &hubclient.TLSRefusedError{Alert: "bad certificate"}))
+	want := "HTTP 503 3, TLS refused (bad certificate) 1, connection closed 1"
+	if got := c.take(); got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := c.take(); got != "none" {
+		t.Errorf("after take: got %q, want none", got)
+	}
+	for code := range maxCauses + 5 {
+		c.add(&hubclient.HubError{Code: 400 + code})
+	}
+	if got := c.take(); strings.Count(got, ",")+1 != maxCauses+1 || !strings.HasPrefix(got, "other 5,") {
+		t.Errorf("%d kinds tallied as %q, want %d kinds and the rest as other", maxCauses+5, got, maxCauses)
 	}
 }
