@@ -146,6 +146,22 @@ func OnWoken(ctx context.Context, fn func()) context.Context {
 	return context.WithValue(ctx, wokenKey{}, fn)
 }
 
+type heldKey struct{}
+
+// OnHeld returns ctx carrying fn, which Sync calls when it begins to hold
+// the poll, its work done: the HTTP layer then gives back the poll's share
+// of the requests the hub works on at once, since a held poll costs
+// nothing while it waits.
+func OnHeld(ctx context.Context, fn func()) context.Context {
+	return context.WithValue(ctx, heldKey{}, fn)
+}
+
+func noteHeld(ctx context.Context) {
+	if fn, ok := ctx.Value(heldKey{}).(func()); ok && fn != nil {
+		fn()
+	}
+}
+
 func noteWoken(ctx context.Context) {
 	if fn, ok := ctx.Value(wokenKey{}).(func()); ok && fn != nil {
 		fn()

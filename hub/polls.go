@@ -170,8 +170,8 @@ func signOfLifeOf(ctx context.Context) func() time.Time {
 func (h *Hub) Wake(machineID string) { h.polls.wake(machineID, h.clk.Now()) }
 
 // WaitingPolls is how many long polls are holding now, their work done.
-// Load shedding counts requests in flight less these, which cost nothing
-// while they wait.
+// The reconnect window counts them (a held poll gives its request slot
+// back: OnHeld).
 func (h *Hub) WaitingPolls() int { return int(h.polls.held.Load()) }
 
 // wakeAll wakes the machines' long polls, here and, through the store, on

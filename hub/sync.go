@@ -62,6 +62,7 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 	if req.StoreID == h.store.ID() && req.Generation == gen && !h.logs.pending(machineID) {
 		t := h.clk.NewTimer(holdFor(h.cfg.PollTimeout, nil))
 		h.polls.held.Add(1)
+		noteHeld(ctx)
 		select {
 		case <-w.wake:
 			h.polls.held.Add(-1)

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"crypto/tls"
 	"io"
 	"math"
@@ -55,10 +56,16 @@ type Limits struct {
 	// MaxUntrustedPerSource is the same, per source: an IPv4 address, or
 	// an IPv6 /64, which one party usually holds whole.
 	MaxUntrustedPerSource int
-	// MaxActive is how many enrolled machines' requests may be in flight
+	// MaxActive is how many enrolled machines' requests the hub works on
 	// at once, not counting long polls waiting (which cost nothing while
-	// they wait); past it, 503 with Retry-After.
+	// they wait). Past it a request waits for one to end, first come first
+	// served, for up to QueueWait; at most MaxQueued wait at once. Only
+	// then is it answered 503 with Retry-After: an agent sent away comes
+	// back seconds later, while the hub could have served it sooner
+	// (issue 13: a fleet that connects at once).
 	MaxActive int
+	MaxQueued int
+	QueueWait time.Duration
 	// MaxAnonActive is how many unauthenticated requests may be in
 	// flight at once; past it, 503 with Retry-After.
 	MaxAnonActive int
@@ -108,8 +115,14 @@ const (
 	DefaultHandshakeTimeout = 2 * time.Second
 	// Under the agent's own TLS handshake timeout (15 s), so a handshake
 	// refused for waiting too long is one the agent still hears of.
-	DefaultHandshakeQueueWait    = 10 * time.Second
-	DefaultMaxUntrusted          = 4096
+	DefaultHandshakeQueueWait = 10 * time.Second
+	DefaultMaxUntrusted       = 4096
+	// A queued request is one whose connection, goroutine and header the
+	// hub holds already; waiting adds little to them.
+	DefaultMaxQueued = 16384
+	// As long as a ClientHello may wait: a request that waited this long
+	// finds the hub so far behind that a Retry-After says more.
+	DefaultQueueWait             = 10 * time.Second
 	DefaultMaxUntrustedPerSource = 64
 	DefaultBodyTimeoutMin        = 3 * time.Second
 	DefaultBodyRate              = 8 << 10
@@ -151,6 +164,8 @@ func (l Limits) withDefaults(cpus int) Limits {
 	orDefault(&l.MaxUntrusted, DefaultMaxUntrusted)
 	orDefault(&l.MaxUntrustedPerSource, DefaultMaxUntrustedPerSource)
 	orDefault(&l.MaxActive, 256*cpus)
+	orDefault(&l.MaxQueued, DefaultMaxQueued)
+	orDefault(&l.QueueWait, DefaultQueueWait)
 	orDefault(&l.MaxAnonActive, 32*cpus)
 	orDefault(&l.BodyTimeoutMin, DefaultBodyTimeoutMin)
 	orDefault(&l.BodyRate, DefaultBodyRate)
@@ -167,6 +182,58 @@ func (l Limits) withDefaults(cpus int) Limits {
 	orDefault(&l.StartPhase, DefaultStartPhase)
 	return l
 }
+
+// activeSlots are enrolled machines' requests the hub works on at once
+// (Limits.MaxActive). Past them a request waits in line for a slot: the
+// senders on a channel are served in the order they came.
+type activeSlots struct {
+	sem       chan struct{}
+	queued    atomic.Int64
+	maxQueued int64
+	wait      time.Duration
+	clk       clock.Clock
+}
+
+func newActiveSlots(clk clock.Clock, n, maxQueued int, wait time.Duration) *activeSlots {
+	return &activeSlots{sem: make(chan struct{}, n), maxQueued: int64(maxQueued), wait: wait, clk: clk}
+}
+
+// take returns a slot's release, which may be called more than once, or
+// false when none freed within the wait, the line was full, or ctx ended.
+func (a *activeSlots) take(ctx context.Context) (release func(), ok bool) {
+	select {
+	case a.sem <- struct{}{}:
+		return a.releaser(), true
+	default:
+	}
+	if a.queued.Add(1) > a.maxQueued {
+		a.queued.Add(-1)
+		return nil, false
+	}
+	defer a.queued.Add(-1)
+	t := a.clk.NewTimer(a.wait)
+	defer t.Stop()
+	select {
+	case a.sem <- struct{}{}:
+		return a.releaser(), true
+	case <-t.C():
+	case <-ctx.Done():
+	}
+	return nil, false
+}
+
+func (a *activeSlots) releaser() func() {
+	var done atomic.Bool
+	return func() {
+		if done.CompareAndSwap(false, true) {
+			<-a.sem
+		}
+	}
+}
+
+// inUse and waiting are the slots taken and the requests in line.
+func (a *activeSlots) inUse() int   { return len(a.sem) }
+func (a *activeSlots) waiting() int { return int(a.queued.Load()) }
 
 // bodyTimeout is how long an unauthenticated request of n declared bytes
 // (-1: unknown) may take to send its body.

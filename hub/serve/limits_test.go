@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,11 +73,11 @@ func testServer(t *testing.T, lim Limits) *Server {
 	return NewServer(Config{Hub: h, CA: authority, Certificate: cert, Logger: log, Limits: lim})
 }
 
-// Past MaxActive busy requests of machines, or MaxAnonActive of callers
-// without a certificate, the hub answers 503 with a jittered Retry-After;
-// each kind has its own budget, and waiting polls do not count.
+// Past MaxActive busy requests of machines (and a full line behind them),
+// or MaxAnonActive of callers without a certificate, the hub answers 503
+// with a jittered Retry-After; each kind has its own budget.
 func TestShedsLoadWith503(t *testing.T) {
-	s := testServer(t, Limits{MaxActive: 2, MaxAnonActive: 3, RetryAfter: time.Second})
+	s := testServer(t, Limits{MaxActive: 2, MaxQueued: 1, QueueWait: time.Millisecond, MaxAnonActive: 3, RetryAfter: time.Second})
 	h := s.srv.Handler
 	machine := func() *http.Request {
 		r := httptest.NewRequest(http.MethodPost, "/agent/v1/sync", nil)
@@ -86,24 +85,40 @@ func TestShedsLoadWith503(t *testing.T) {
 		return r
 	}
 	anon := func() *http.Request { return httptest.NewRequest(http.MethodPost, "/agent/v1/sync", nil) }
+	var taken []func()
+	fillMachines := func(full bool) {
+		for _, release := range taken {
+			release()
+		}
+		taken = nil
+		for full && s.active.inUse() < 2 {
+			release, _ := s.active.take(context.Background())
+			taken = append(taken, release)
+		}
+	}
+	fillAnon := func(full bool) {
+		s.anonymous.Store(0)
+		if full {
+			s.anonymous.Store(3)
+		}
+	}
 	for _, tc := range []struct {
-		name            string
-		req             func() *http.Request
-		budget, another *atomic.Int64
-		limit           int64
+		name          string
+		req           func() *http.Request
+		fill, another func(full bool)
 	}{
-		{"machine", machine, &s.inflight, &s.anonymous, 2},
-		{"anonymous", anon, &s.anonymous, &s.inflight, 3},
+		{"machine", machine, fillMachines, fillAnon},
+		{"anonymous", anon, fillAnon, fillMachines},
 	} {
 		// Another kind's full budget does not hold this one back.
-		tc.another.Store(100)
+		tc.another(true)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, tc.req())
 		if w.Code == http.StatusServiceUnavailable {
 			t.Errorf("%s: 503 while only another kind's budget is full", tc.name)
 		}
-		tc.another.Store(0)
-		tc.budget.Store(tc.limit)
+		tc.another(false)
+		tc.fill(true)
 		w = httptest.NewRecorder()
 		h.ServeHTTP(w, tc.req())
 		if w.Code != http.StatusServiceUnavailable {
@@ -113,8 +128,50 @@ func TestShedsLoadWith503(t *testing.T) {
 		if err != nil || ra < 1 || ra > 5 {
 			t.Errorf("%s: Retry-After %q, want 1 to 5 seconds", tc.name, w.Header().Get("Retry-After"))
 		}
-		tc.budget.Store(0)
+		tc.fill(false)
 	}
+}
+
+// Issue 13: past MaxActive a machine's request waits in line for a slot
+// instead of being sent away, and is served once one frees within
+// QueueWait; past MaxQueued in line, it is answered 503 at once.
+func TestQueuesMachinesPastMaxActive(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	a := newActiveSlots(clk, 1, 1, time.Minute)
+	first, ok := a.take(context.Background())
+	if !ok {
+		t.Fatal("the first request found no slot")
+	}
+	got := make(chan bool, 1)
+	go func() {
+		release, ok := a.take(context.Background())
+		if ok {
+			release()
+		}
+		got <- ok
+	}()
+	waitGauge(t, "the second request never queued", func() bool { return a.waiting() == 1 })
+	// The line is full: a third is refused at once.
+	if _, ok := a.take(context.Background()); ok {
+		t.Fatal("a request past MaxQueued was given a slot")
+	}
+	first()
+	first() // a second release gives back nothing more
+	if !<-got {
+		t.Fatal("the request in line was refused when a slot freed")
+	}
+	if a.inUse() != 0 {
+		t.Fatalf("%d slots in use after both released, want 0", a.inUse())
+	}
+	// Nothing frees within QueueWait: refused after it.
+	first, _ = a.take(context.Background())
+	go func() { _, ok := a.take(context.Background()); got <- ok }()
+	waitGauge(t, "no request queued", func() bool { return a.waiting() == 1 })
+	clk.Advance(time.Minute)
+	if <-got {
+		t.Fatal("a request was given a slot that never freed")
+	}
+	first()
 }
 
 // serveLoopback serves s on a loopback port until the test ends, and
@@ -156,7 +213,7 @@ func TestQueuesHandshakesPastTheLimit(t *testing.T) {
 	if took < 150*time.Millisecond {
 		t.Errorf("handshake done in %s, before the only slot freed", took)
 	}
-	waitGauge(t, func() bool { return s.Stats().Handshakes == 0 })
+	waitGauge(t, "handshake slot not given back", func() bool { return s.Stats().Handshakes == 0 })
 
 	s.handshakes.take(0) // held past the wait this time
 	if _, err := dial(); err == nil {
@@ -166,7 +223,7 @@ func TestQueuesHandshakesPastTheLimit(t *testing.T) {
 	if _, err := dial(); err != nil {
 		t.Fatalf("handshake refused under the limit: %v", err)
 	}
-	waitGauge(t, func() bool { return s.Stats().Handshakes == 0 })
+	waitGauge(t, "handshake slot not given back", func() bool { return s.Stats().Handshakes == 0 })
 }
 
 // Past MaxUntrusted the hub stops accepting until a connection is vouched
@@ -180,7 +237,7 @@ func TestWaitsForAnUntrustedSlotPastTheLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitGauge(t, func() bool { _, held := s.untrusted.len(); return held == 1 })
+	waitGauge(t, "handshake slot not given back", func() bool { _, held := s.untrusted.len(); return held == 1 })
 	time.AfterFunc(200*time.Millisecond, func() { silent.Close() })
 	start := time.Now()
 	c, err := tls.Dial("tcp", ln.Addr().String(), cfg)
@@ -196,12 +253,12 @@ func TestWaitsForAnUntrustedSlotPastTheLimit(t *testing.T) {
 	}
 }
 
-func waitGauge(t *testing.T, cond func() bool) {
+func waitGauge(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("handshake slot not given back")
+			t.Fatal(what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

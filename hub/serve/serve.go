@@ -96,6 +96,7 @@ type Server struct {
 	untrusted  *sources
 	handshakes *handshakeSlots
 	inflight   atomic.Int64
+	active     *activeSlots
 	anonymous  atomic.Int64
 	refused    atomic.Int64
 	// gate queues machines' requests in the first phase after start.
@@ -148,6 +149,7 @@ func NewServer(cfg Config) *Server {
 		enrollers:  newBuckets(cfg.Clock, lim.EnrollRate, lim.EnrollBurst, maxBucketKeys),
 		untrusted:  newSources(lim.MaxUntrustedPerSource, lim.MaxUntrusted),
 		handshakes: newHandshakeSlots(lim.MaxHandshakes),
+		active:     newActiveSlots(cfg.Clock, lim.MaxActive, lim.MaxQueued, lim.QueueWait),
 		polls:      make(map[*pollEntry]struct{}),
 		gate:       newStartGate(cfg.Clock, lim.ReconnectRate, lim.StartPhase),
 	}
@@ -358,14 +360,17 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 func (s *Server) shed(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
-			n := s.inflight.Add(1)
+			s.inflight.Add(1)
 			defer s.inflight.Add(-1)
-			if n-int64(s.hub.WaitingPolls()) > int64(s.limits.MaxActive) {
+			release, ok := s.active.take(r.Context())
+			if !ok {
 				s.busy(w, r)
 				return
 			}
+			defer release()
 			id, err := s.api.IdentifyClientCert(r)
-			r = r.WithContext(context.WithValue(r.Context(), identityKey{}, identity{id, err}))
+			ctx := context.WithValue(r.Context(), identityKey{}, identity{id, err})
+			r = r.WithContext(hub.OnHeld(ctx, release))
 			if err == nil {
 				if ok, wait := s.gate.admit(id); !ok {
 					retryAfterHeader(w, wait)
