@@ -129,21 +129,31 @@ func sendAway(w http.ResponseWriter) {
 // certificate, and refuses a certificate that expired while its connection
 // stayed open. It is the identify function of SyncHandler over HTTPS.
 func (a *API) IdentifyClientCert(r *http.Request) (string, error) {
-	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
-		return "", errors.New("no client certificate: enrol this machine first with: einsora-agent enroll --hub URL --token TOKEN")
-	}
-	leaf := r.TLS.VerifiedChains[0][0]
-	if now := a.clk.Now(); now.After(leaf.NotAfter) {
-		return "", fmt.Errorf("this machine's certificate expired at %s; check the machine's clock, then enrol it again with: einsora-agent enroll", leaf.NotAfter.UTC().Format(time.RFC3339))
-	}
-	id, err := ca.MachineID(leaf)
+	id, serial, err := a.ClientCert(r)
 	if err != nil {
 		return "", err
 	}
 	// Revoked while its connection stayed open: the handshake's check is
 	// not enough.
-	if err := a.hub.CheckCertificate(r.Context(), id, ca.Serial(leaf)); err != nil {
+	if err := a.hub.CheckCertificate(r.Context(), id, serial); err != nil {
 		return "", err
 	}
 	return id, nil
+}
+
+// ClientCert is IdentifyClientCert without the store's word on the
+// certificate: for a request whose connection's handshake has just had it.
+func (a *API) ClientCert(r *http.Request) (id, serial string, err error) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return "", "", errors.New("no client certificate: enrol this machine first with: einsora-agent enroll --hub URL --token TOKEN")
+	}
+	leaf := r.TLS.VerifiedChains[0][0]
+	if now := a.clk.Now(); now.After(leaf.NotAfter) {
+		return "", "", fmt.Errorf("this machine's certificate expired at %s; check the machine's clock, then enrol it again with: einsora-agent enroll", leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	id, err = ca.MachineID(leaf)
+	if err != nil {
+		return "", "", err
+	}
+	return id, ca.Serial(leaf), nil
 }

@@ -130,6 +130,25 @@ func (s *Server) identify(r *http.Request) (string, error) {
 	return s.api.IdentifyClientCert(r)
 }
 
+// identifyRequest names r's machine. The first request on a connection
+// whose handshake had the store's word on its certificate within
+// CheckedFresh takes that word, instead of asking the store again: a
+// returning fleet's first syncs would otherwise ask twice (issue 13).
+func (s *Server) identifyRequest(r *http.Request) (string, error) {
+	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+		if cc := countedOf(c); cc != nil && cc.checkedSince(s.clk.Now().Add(-CheckedFresh)) {
+			id, _, err := s.api.ClientCert(r)
+			return id, err
+		}
+	}
+	return s.api.IdentifyClientCert(r)
+}
+
+// CheckedFresh is how old a handshake's check of its certificate may be
+// for its connection's first request to take it: a revocation reaches a
+// connection within it, as it reaches a held poll (rule: cut off at once).
+const CheckedFresh = time.Second
+
 // NewServer returns a server of cfg.Hub's agents.
 func NewServer(cfg Config) *Server {
 	if cfg.Clock == nil {
@@ -298,7 +317,10 @@ func (s *Server) configForClient(hello *tls.ClientHelloInfo) (*tls.Config, error
 	cfg := s.base.Clone()
 	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
 		c.end()
-		err := s.verifyConnection(cs)
+		checked, err := s.checkConnection(cs)
+		if checked {
+			c.checked(s.clk.Now())
+		}
 		if err != nil {
 			c.refused.Store(true)
 			s.metrics.TLSRefused(metrics.CauseCertificate)
@@ -320,12 +342,19 @@ func (s *Server) configForClient(hello *tls.ClientHelloInfo) (*tls.Config, error
 // or revoked. A connection without one may only enrol: the sync and renew
 // handlers answer it 401.
 func (s *Server) verifyConnection(cs tls.ConnectionState) error {
+	_, err := s.checkConnection(cs)
+	return err
+}
+
+// checkConnection is verifyConnection, and says whether the store vouched
+// for the certificate.
+func (s *Server) checkConnection(cs tls.ConnectionState) (checked bool, err error) {
 	if len(cs.PeerCertificates) == 0 {
-		return nil
+		return false, nil
 	}
 	id, err := ca.MachineID(cs.PeerCertificates[0])
 	if err != nil {
-		return err
+		return false, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -337,13 +366,13 @@ func (s *Server) verifyConnection(cs tls.ConnectionState) error {
 		// again and, if the store still fails, sent away with a
 		// Retry-After.
 		s.log.Debug("handshake not checked: the store failed; its requests are", "machine", id, "err", err)
-		return nil
+		return false, nil
 	}
 	if err != nil {
 		s.log.Debug("handshake refused", "machine", id, "err", err, "resumed", cs.DidResume)
-		return err
+		return false, err
 	}
-	return nil
+	return true, nil
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {
@@ -368,7 +397,7 @@ func (s *Server) shed(next http.Handler) http.Handler {
 				return
 			}
 			defer release()
-			id, err := s.api.IdentifyClientCert(r)
+			id, err := s.identifyRequest(r)
 			ctx := context.WithValue(r.Context(), identityKey{}, identity{id, err})
 			r = r.WithContext(hub.OnHeld(ctx, release))
 			if err == nil {

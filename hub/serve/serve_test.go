@@ -530,17 +530,22 @@ func (t certReadsTx) Certificate(serial string) (store.Certificate, error) {
 
 // Issue 13: an agent's request checks its certificate in the store once,
 // not once for each layer that asks who it is (the load shedding, the
-// machine limit, the handler).
+// machine limit, the handler); and a connection's first request takes the
+// check its handshake has just made.
 func TestARequestChecksItsCertificateOnce(t *testing.T) {
 	var n atomic.Int64
 	e := startEnv(t, envOptions{pollTimeout: 10 * time.Second, wrap: func(s store.Store) store.Store { return certReads{s, &n} }})
 	_, nw := e.enroll()
 	tr := nw.Transport()
 	req := &protocol.SyncRequest{ProtocolVersion: protocol.Version} // no store ID: answered at once
-	if _, err := tr.Sync(context.Background(), req); err != nil {   // the connection and its handshake
+	before := n.Load()
+	if _, err := tr.Sync(context.Background(), req); err != nil { // the connection and its handshake
 		t.Fatal(err)
 	}
-	before := n.Load()
+	if got := n.Load() - before; got != 1 {
+		t.Errorf("a new connection's handshake and first sync read the certificate %d times, want once", got)
+	}
+	before = n.Load()
 	const syncs = 4
 	for i := range syncs {
 		if _, err := tr.Sync(context.Background(), req); err != nil {
@@ -549,6 +554,66 @@ func TestARequestChecksItsCertificateOnce(t *testing.T) {
 	}
 	if got := n.Load() - before; got != syncs {
 		t.Errorf("%d syncs read their certificate %d times, want once each", syncs, got)
+	}
+}
+
+// ticketSeen says when a session ticket came.
+type ticketSeen struct {
+	tls.ClientSessionCache
+	put chan struct{}
+}
+
+func (c *ticketSeen) Put(key string, cs *tls.ClientSessionState) {
+	c.ClientSessionCache.Put(key, cs)
+	select {
+	case c.put <- struct{}{}:
+	default:
+	}
+}
+
+// The first request takes its handshake's check only while it is fresh: a
+// machine revoked since then, longer ago than that, is refused.
+func TestFirstRequestAfterAStaleHandshakeCheckAsksAgain(t *testing.T) {
+	e := startEnv(t, envOptions{pollTimeout: 10 * time.Second})
+	dir, nw := e.enroll()
+	cfg := rawClient(e, *nw.Transport().Certificate())
+	ticket := &ticketSeen{ClientSessionCache: cfg.ClientSessionCache, put: make(chan struct{}, 1)}
+	cfg.ClientSessionCache = ticket
+	c, err := tls.Dial("tcp", e.addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The hub sends its session ticket once its side of the handshake,
+	// the certificate's check included, is done.
+	for deadline := time.Now().Add(5 * time.Second); len(ticket.put) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no session ticket from the hub")
+		}
+		c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		c.Read(make([]byte, 1))
+	}
+	c.SetReadDeadline(time.Time{})
+	// The certificate alone, not its machine: only the identity check
+	// refuses it.
+	leaf, err := x509.ParseCertificate(nw.Transport().Certificate().Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	machineID, _ := os.ReadFile(filepath.Join(dir, "machine-id"))
+	if err := e.hub.RevokeCertificate(context.Background(), strings.TrimSpace(string(machineID)), ca.Serial(leaf)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(serve.CheckedFresh + 100*time.Millisecond)
+	body := `{"protocol_version":1,"statuses":[]}`
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: hub\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", protocol.SyncPath, len(body), body)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a revoked machine's first request after a stale handshake check: %d, want 403", resp.StatusCode)
 	}
 }
 
