@@ -60,6 +60,11 @@ type Backend interface {
 	// machines the list and the runtime's view disagree on (marked
 	// changed, as Changed does): capacity may have grown.
 	Heard(ls []store.LastSync) int
+	// Observed tells the runtime the last syncs of machines whose reports
+	// were just observed, as that transaction read them: a view that
+	// judges presence by them sees those back online without reading
+	// them again. Only the controller's passes call it.
+	Observed(ls []store.LastSync)
 	// Behind reports whether Capacity would have more to read than what
 	// changed in one admit batch: the runtime has yet to settle, or a
 	// view it keeps was never read or has changes waiting. Warm then does
@@ -95,6 +100,8 @@ type Observation struct {
 	Statuses map[string]store.StatusRecord
 	// applied is the generation of desired state the machine last applied.
 	applied int64
+	// lastSync is the machine's, as read with the statuses.
+	lastSync time.Time
 }
 
 // Absent reports whether w is missing from a runtime that has applied the
@@ -181,6 +188,7 @@ func (b *agentBackend) Placed(ws ...store.Workload) {
 }
 
 func (b *agentBackend) Heard(ls []store.LastSync) int { return b.view.heard(ls) }
+func (b *agentBackend) Observed(ls []store.LastSync)  { b.view.observed(ls) }
 
 // Confirm checks machineID's record in tx against the view's, on what
 // placement reads of it.
@@ -231,7 +239,7 @@ func (b *agentBackend) Observe(tx store.Tx, machineID string) (Observation, bool
 	if err != nil {
 		return Observation{}, false, err
 	}
-	obs := Observation{Statuses: make(map[string]store.StatusRecord, len(statuses)), applied: m.AppliedGeneration}
+	obs := Observation{Statuses: make(map[string]store.StatusRecord, len(statuses)), applied: m.AppliedGeneration, lastSync: m.LastSync}
 	for _, s := range statuses {
 		obs.Statuses[s.Workload] = s
 	}

@@ -125,3 +125,56 @@ func TestAbsentWorkloadIsRunAgainThroughTheBackend(t *testing.T) {
 	}
 	wantState(t, h, w.ID, store.StateProvisioning)
 }
+
+// changedBackend notes the machines the controller tells the backend
+// changed.
+type changedBackend struct {
+	Backend
+	mu  sync.Mutex
+	ids []string
+}
+
+func (c *changedBackend) Changed(ids ...string) {
+	c.mu.Lock()
+	c.ids = append(c.ids, ids...)
+	c.mu.Unlock()
+	c.Backend.Changed(ids...)
+}
+
+func (c *changedBackend) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.ids
+	c.ids = nil
+	return out
+}
+
+// Issue 13: observing a report has the capacity view read the machine
+// again only when a workload there stopped holding capacity, not for each
+// workload now running (a burst's reports read the whole region again).
+func TestObservationMarksOnlyMachinesWhoseCapacityFreed(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	rec := &changedBackend{Backend: h.backend}
+	h.backend, h.ctl.backend = rec, rec
+	w := h.create("web", protocol.KindContainer)
+	h.pass()
+	w = h.workload(w.ID)
+	rec.take()
+	h.report("m-1", h.desired("m-1"), status(w, protocol.ModeRun, protocol.CodeRunning))
+	wantState(t, h, w.ID, store.StateRunning)
+	if ids := rec.take(); slices.Contains(ids, "m-1") {
+		t.Errorf("a workload now running marked its machine changed: %q", ids)
+	}
+	if err := h.ParkWorkload(t.Context(), w.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.pass()
+	w = h.workload(w.ID)
+	rec.take()
+	h.report("m-1", h.desired("m-1"), status(w, protocol.ModePark, protocol.CodeStopped))
+	wantState(t, h, w.ID, store.StateStopped)
+	if ids := rec.take(); !slices.Contains(ids, "m-1") {
+		t.Errorf("a stopped workload freed capacity and its machine was not marked changed: %q", ids)
+	}
+}

@@ -301,6 +301,19 @@ func (v *capView) heard(ls []store.LastSync) int {
 	return len(unknown)
 }
 
+// observed takes the last syncs of machines just observed; a machine the
+// view does not know is left to the read that will find it.
+func (v *capView) observed(ls []store.LastSync) {
+	for _, l := range ls {
+		if vm := v.machines[l.Machine]; vm != nil {
+			v.takeLastSync(vm, l.At)
+		}
+	}
+}
+
+// holds reports whether w holds capacity on its machine.
+func holds(w store.Workload) bool { return w.Machine != "" && slices.Contains(holdingStates, w.State) }
+
 // takeLastSync takes vm's last sync as read from the store, when newer
 // than the view's.
 func (v *capView) takeLastSync(vm *viewMachine, at time.Time) {

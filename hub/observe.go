@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/protocol"
@@ -61,13 +62,15 @@ func (c *Controller) observeEach(ctx context.Context, ids []string, errs *[]erro
 // observeMachines observes ids in one transaction fenced by the epoch.
 func (c *Controller) observeMachines(ctx context.Context, ids []string) error {
 	var wakes changes
+	var freed []string
+	var heard []store.LastSync
 	err := c.store.Update(ctx, func(tx store.Tx) error {
-		wakes = wakes[:0]
+		wakes, freed, heard = wakes[:0], freed[:0], heard[:0]
 		if err := c.fence(tx); err != nil {
 			return err
 		}
 		for _, id := range ids {
-			if err := c.observeMachine(tx, id, &wakes); err != nil {
+			if err := c.observeMachine(tx, id, &wakes, &freed, &heard); err != nil {
 				return err
 			}
 		}
@@ -77,18 +80,22 @@ func (c *Controller) observeMachines(ctx context.Context, ids []string) error {
 		return err
 	}
 	tell(c.backend, wakes)
-	// What they reported may have freed or added capacity, or brought
-	// them back online: the capacity view reads them again.
-	c.backend.Changed(ids...)
+	// The capacity view reads again only the machines whose workloads
+	// stopped holding capacity: a burst's reports of workloads now
+	// running had it read the whole region again (issue 13). Those that
+	// came back online are judged so by the last syncs read here.
+	c.backend.Observed(heard)
+	c.backend.Changed(freed...)
 	c.capGen.Add(1)
 	return nil
 }
 
-func (c *Controller) observeMachine(tx store.Tx, machineID string, wakes *changes) error {
+func (c *Controller) observeMachine(tx store.Tx, machineID string, wakes *changes, freed *[]string, heard *[]store.LastSync) error {
 	obs, ok, err := c.backend.Observe(tx, machineID)
 	if err != nil || !ok {
 		return err
 	}
+	*heard = append(*heard, store.LastSync{Machine: machineID, At: obs.lastSync})
 	ws, err := tx.Workloads(store.WorkloadFilter{Machine: machineID})
 	if err != nil {
 		return err
@@ -107,8 +114,12 @@ func (c *Controller) observeMachine(tx store.Tx, machineID string, wakes *change
 		if err := noteRestarts(tx, c, &w, s.Status); err != nil {
 			return fmt.Errorf("workload %s: %w", w.ID, err)
 		}
+		held := holds(w)
 		if err := c.apply(tx, &w, s, wakes); err != nil {
 			return fmt.Errorf("workload %s: %w", w.ID, err)
+		}
+		if held && !holds(w) && !slices.Contains(*freed, machineID) {
+			*freed = append(*freed, machineID)
 		}
 	}
 	return nil
