@@ -74,7 +74,7 @@ func limitFlags(f *pflag.FlagSet, l *serve.Limits) {
 	f.IntVar(&l.MaxActive, "max-active", 0, "machines' requests the hub works on at once, waiting polls aside; the others wait their turn (default 256 per CPU)")
 	f.IntVar(&l.MaxQueued, "max-queued", 0, fmt.Sprintf("machines' requests waiting their turn past --max-active; past it, 503 (default %d)", serve.DefaultMaxQueued))
 	f.DurationVar(&l.QueueWait, "queue-wait", 0, fmt.Sprintf("longest a machine's request waits its turn before it is answered 503 (default %s)", serve.DefaultQueueWait))
-	f.Float64Var(&l.ReconnectRate, "reconnect-rate", 0, fmt.Sprintf("machines a second the hub takes back after a restart or drain; sizes the window agents spread over (default %d)", serve.DefaultReconnectRate))
+	f.Float64Var(&l.ReconnectRate, "reconnect-rate", 0, fmt.Sprintf("machines a second the hub takes back after a restart or drain; sizes the window agents spread over (default %d per CPU)", serve.DefaultReconnectRatePerCPU))
 	f.DurationVar(&l.MinReconnectWindow, "reconnect-window-min", 0, fmt.Sprintf("least reconnect window told to agents (default %s)", serve.DefaultMinReconnectWindow))
 	f.DurationVar(&l.StartPhase, "start-phase", 0, "how long after start machines' requests past --reconnect-rate are queued with Retry-After (default: no queue)")
 	// Unauthenticated callers (enrolment, renewal by token).
