@@ -116,6 +116,13 @@ func (m *Hub) Watch(f Fleet) {
 	m.reg.MustRegister(&fleetCollector{fleet: f, timeout: m.timeout, errs: m.scrapeErrors})
 }
 
+// WatchQueue registers the gauge of machines' requests waiting their turn
+// past --max-active, read by queued at each scrape. Call it once.
+func (m *Hub) WatchQueue(queued func() int) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "einsora_hub_requests_queued",
+		Help: "Machines' requests waiting their turn past --max-active now."}, func() float64 { return float64(queued()) }))
+}
+
 // Handler serves the registry in the Prometheus text format.
 func (m *Hub) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})

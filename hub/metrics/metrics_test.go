@@ -49,9 +49,11 @@ func TestFleetAtScrapeTime(t *testing.T) {
 	}}
 	m := New(Options{Version: "v1.0.0"})
 	m.Watch(f)
+	m.WatchQueue(func() int { return 7 })
 	m.StoreCommit(2 * time.Millisecond)
 	out := scrape(t, m)
 	for _, want := range []string{
+		`einsora_hub_requests_queued 7`,
 		`einsora_hub_machines{region="eu",state="online"} 2`,
 		`einsora_hub_machines{region="eu",state="offline"} 1`,
 		`einsora_hub_machines{region="us",state="revoked"} 1`,

@@ -159,6 +159,7 @@ func TestMetricsAfterAWorkloadsLife(t *testing.T) {
 		{"einsora_hub_store_commit_seconds", nil, 3, 1e9},
 		{"einsora_hub_tls_handshakes_total", nil, 2, 1e9},
 		{"einsora_hub_long_polls", nil, 0, 1},
+		{"einsora_hub_requests_queued", nil, 0, 0},
 		{"einsora_hub_wake_latency_seconds", nil, 1, 1e9},
 		{"einsora_hub_admit_pass_seconds", nil, 1, 1e9},
 		{"einsora_hub_placements_total", []string{"outcome", "placed", "reason", "none"}, 1, 1},

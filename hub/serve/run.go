@@ -163,6 +163,7 @@ func Run(ctx context.Context, opts Options) error {
 		PollTimeout: opts.Hub.PollTimeout, OfflineAfter: opts.Hub.OfflineAfter, DrainTo: opts.DrainTo, Limits: opts.Limits,
 		Metrics: m, Readyz: health.Readyz,
 	})
+	m.WatchQueue(srv.Queued)
 	lim := opts.Limits.withDefaults(runtime.GOMAXPROCS(0))
 	admin := &http.Server{
 		Handler:           nil, // set below, with the dashboard,

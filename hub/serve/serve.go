@@ -575,18 +575,22 @@ func (s *Server) Close() error { return s.srv.Close() }
 // Stats are the server's gauges, for tests and operators.
 type Stats struct {
 	Handshakes int64 // TLS handshakes in flight
-	Requests   int64 // machines' requests in flight, waiting polls included
+	Requests   int64 // machines' requests in flight, waiting polls and those in line included
+	Queued     int64 // machines' requests waiting their turn past MaxActive
 	Anonymous  int64 // unauthenticated requests in flight
 	Untrusted  int64 // connections no certificate vouches for yet
 	Sources    int   // sources holding untrusted connections
 	Refused    int64 // connections closed at accept, since the start
 }
 
+// Queued is how many machines' requests wait their turn now.
+func (s *Server) Queued() int { return s.active.waiting() }
+
 // Stats returns the gauges now.
 func (s *Server) Stats() Stats {
 	n, held := s.untrusted.len()
 	return Stats{
-		Handshakes: s.handshakes.inFlight(), Requests: s.inflight.Load(), Anonymous: s.anonymous.Load(),
+		Handshakes: s.handshakes.inFlight(), Requests: s.inflight.Load(), Queued: int64(s.active.waiting()), Anonymous: s.anonymous.Load(),
 		Untrusted: int64(held), Sources: n, Refused: s.refused.Load(),
 	}
 }
