@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/protocol"
@@ -100,6 +99,7 @@ func (c *Controller) observeMachine(tx store.Tx, machineID string, wakes *change
 	if err != nil {
 		return err
 	}
+	freedHere := false
 	for _, w := range ws {
 		s, ok := obs.Statuses[w.ID]
 		if w.State == store.StateProvisioning && obs.Absent(w) {
@@ -118,9 +118,10 @@ func (c *Controller) observeMachine(tx store.Tx, machineID string, wakes *change
 		if err := c.apply(tx, &w, s, wakes); err != nil {
 			return fmt.Errorf("workload %s: %w", w.ID, err)
 		}
-		if held && !holds(w) && !slices.Contains(*freed, machineID) {
-			*freed = append(*freed, machineID)
-		}
+		freedHere = freedHere || held && !holds(w)
+	}
+	if freedHere {
+		*freed = append(*freed, machineID)
 	}
 	return nil
 }

@@ -552,20 +552,20 @@ type countedConn struct {
 	// lastRead (Unix nanoseconds, by now) is when a byte last came.
 	lastRead atomic.Int64
 	now      func() time.Time
-	// checkedAt (Unix nanoseconds, by the server's clock; 0: none) is
-	// when the handshake had the store's word on the peer's certificate,
-	// until a request takes it.
+	// checkedAt (Unix nanoseconds, by now; 0: none) is when the
+	// handshake had the store's word on the peer's certificate, until a
+	// request takes it.
 	checkedAt atomic.Int64
 }
 
-// checked notes that the handshake's certificate check passed at t.
-func (c *countedConn) checked(t time.Time) { c.checkedAt.Store(t.UnixNano()) }
+// checked notes that the handshake's certificate check passed now.
+func (c *countedConn) checked() { c.checkedAt.Store(c.now().UnixNano()) }
 
-// checkedSince takes the handshake's check, once: true when it passed
-// after t.
-func (c *countedConn) checkedSince(t time.Time) bool {
+// checkedWithin takes the handshake's check, once: true when it passed
+// less than d ago.
+func (c *countedConn) checkedWithin(d time.Duration) bool {
 	at := c.checkedAt.Swap(0)
-	return at != 0 && at > t.UnixNano()
+	return at != 0 && at > c.now().Add(-d).UnixNano()
 }
 
 // anonLinger is how long an anonymous connection may stay open once it is

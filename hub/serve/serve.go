@@ -136,7 +136,7 @@ func (s *Server) identify(r *http.Request) (string, error) {
 // returning fleet's first syncs would otherwise ask twice (issue 13).
 func (s *Server) identifyRequest(r *http.Request) (string, error) {
 	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
-		if cc := countedOf(c); cc != nil && cc.checkedSince(s.clk.Now().Add(-CheckedFresh)) {
+		if cc := countedOf(c); cc != nil && cc.checkedWithin(CheckedFresh) {
 			id, _, err := s.api.ClientCert(r)
 			return id, err
 		}
@@ -319,7 +319,7 @@ func (s *Server) configForClient(hello *tls.ClientHelloInfo) (*tls.Config, error
 		c.end()
 		checked, err := s.checkConnection(cs)
 		if checked {
-			c.checked(s.clk.Now())
+			c.checked()
 		}
 		if err != nil {
 			c.refused.Store(true)
