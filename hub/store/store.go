@@ -73,6 +73,10 @@ type Tx interface {
 	// BumpGeneration increments the machine's desired generation and
 	// returns the new value.
 	BumpGeneration(machineID string) (int64, error)
+	// BumpMachine is BumpGeneration returning the machine's whole record
+	// as it is after: a placement's check of the machine and the
+	// generation it sets, in one statement.
+	BumpMachine(machineID string) (Machine, error)
 
 	// CreateWorkload inserts a new workload; ErrExists if its ID is taken.
 	CreateWorkload(w Workload) error
@@ -92,7 +96,10 @@ type Tx interface {
 	// that is not there is no error.
 	DeleteStatus(machineID, workloadID string) error
 
-	AddTimeline(e TimelineEntry) error
+	// AddTimeline adds lines to their workloads' timelines. A store may
+	// write them later in the transaction, together, but always before
+	// its timeline is read or changed and before the commit.
+	AddTimeline(es ...TimelineEntry) error
 	// Timeline returns a workload's lines, oldest first.
 	Timeline(workloadID string) ([]TimelineEntry, error)
 	// LastTimeline returns a workload's newest line; ErrNotFound if it

@@ -158,6 +158,10 @@ func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, readOn
 		sqlTx.Rollback()
 		return t.retry || s.retryable(err), err
 	}
+	if err := t.writeLines(); err != nil {
+		sqlTx.Rollback()
+		return t.retry || s.retryable(err), err
+	}
 	if err := sqlTx.Commit(); err != nil {
 		return s.retryable(err), fmt.Errorf("store: commit: %w", err)
 	}
@@ -178,6 +182,9 @@ type tx struct {
 	retry bool
 	// stmts are its pool's prepared statements; nil when none are kept.
 	stmts *stmtCache
+	// lines are the timeline lines added and not yet written: they are
+	// written together, before commit or before the timeline is read.
+	lines []store.TimelineEntry
 }
 
 // seen notes a statement's error and returns it.
@@ -495,15 +502,8 @@ func (t *tx) DeleteMachine(id string) error {
 }
 
 func (t *tx) BumpGeneration(machineID string) (int64, error) {
-	if t.readOnly {
-		// PostgreSQL refuses an UPDATE in a read-only transaction even
-		// when it would match no row; a read still tells a missing
-		// machine, as on SQLite.
-		var one int
-		if err := t.queryRow(`SELECT 1 FROM machines WHERE id = ?`, machineID).Scan(&one); err != nil {
-			return 0, notFound("machine", machineID, err)
-		}
-		return 0, fmt.Errorf("machine %q: bump generation in a read-only transaction", machineID)
+	if err := t.refuseBump(machineID); err != nil {
+		return 0, err
 	}
 	var gen int64
 	err := t.queryRow(`UPDATE machines SET generation = generation + 1 WHERE id = ? RETURNING generation`, machineID).Scan(&gen)
@@ -511,6 +511,31 @@ func (t *tx) BumpGeneration(machineID string) (int64, error) {
 		return 0, notFound("machine", machineID, err)
 	}
 	return gen, nil
+}
+
+func (t *tx) BumpMachine(machineID string) (store.Machine, error) {
+	if err := t.refuseBump(machineID); err != nil {
+		return store.Machine{}, err
+	}
+	m, err := scanMachine(t.queryRow(`UPDATE machines SET generation = generation + 1 WHERE id = ? RETURNING `+machineCols, machineID))
+	if err != nil {
+		return store.Machine{}, notFound("machine", machineID, err)
+	}
+	return m, nil
+}
+
+// refuseBump refuses a bump in a read-only transaction. PostgreSQL
+// refuses an UPDATE there even when it would match no row; a read still
+// tells a missing machine, as on SQLite.
+func (t *tx) refuseBump(machineID string) error {
+	if !t.readOnly {
+		return nil
+	}
+	var one int
+	if err := t.queryRow(`SELECT 1 FROM machines WHERE id = ?`, machineID).Scan(&one); err != nil {
+		return notFound("machine", machineID, err)
+	}
+	return fmt.Errorf("machine %q: bump generation in a read-only transaction", machineID)
 }
 
 const workloadCols = `id, name, tenant, kind, class, region, image, state, machine, driver, devices, attempt,
@@ -579,6 +604,25 @@ func (t *tx) Workload(id string) (store.Workload, error) {
 }
 
 func (t *tx) Workloads(f store.WorkloadFilter) ([]store.Workload, error) {
+	query, args := workloadsQuery(f, t.s.d.Collate)
+	rows, err := t.query(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Workload
+	for rows.Next() {
+		w, err := scanWorkload(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, t.seen(rows.Err())
+}
+
+// workloadsQuery is the query Workloads runs for f, and its arguments.
+func workloadsQuery(f store.WorkloadFilter, collate string) (string, []any) {
 	query := `SELECT ` + workloadCols + ` FROM workloads WHERE 1 = 1`
 	var args []any
 	if f.Machine != "" {
@@ -596,27 +640,14 @@ func (t *tx) Workloads(f store.WorkloadFilter) ([]store.Workload, error) {
 		args = append(args, f.Region)
 	}
 	if f.AfterID != "" {
-		query += ` AND (created > ? OR (created = ? AND id` + t.s.d.Collate + ` > ?))`
+		query += ` AND (created > ? OR (created = ? AND id` + collate + ` > ?))`
 		args = append(args, ts(f.AfterCreated), ts(f.AfterCreated), f.AfterID)
 	}
-	query += ` ORDER BY created, id` + t.s.d.Collate
+	query += ` ORDER BY created, id` + collate
 	if f.Limit > 0 {
 		query += ` LIMIT ` + strconv.Itoa(f.Limit)
 	}
-	rows, err := t.query(query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Workload
-	for rows.Next() {
-		w, err := scanWorkload(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, w)
-	}
-	return out, t.seen(rows.Err())
+	return query, args
 }
 
 func (t *tx) DeleteWorkload(id string) error {
@@ -678,10 +709,45 @@ func (t *tx) Statuses(machineID string) ([]store.StatusRecord, error) {
 	return out, t.seen(rows.Err())
 }
 
-func (t *tx) AddTimeline(e store.TimelineEntry) error {
-	_, err := t.exec(`INSERT INTO timeline (workload, at, text, kind, repeats, first_at) VALUES (?, ?, ?, ?, ?, ?)`,
-		e.Workload, ts(e.At), e.Text, e.Kind, max(e.Count, 1), ts(e.First))
-	return err
+func (t *tx) AddTimeline(es ...store.TimelineEntry) error {
+	t.lines = append(t.lines, es...)
+	return nil
+}
+
+// linesPerInsert is the most lines one INSERT writes. A write of n lines
+// takes as many of these as fit, then one INSERT for each set bit of the
+// rest, so the statements' texts are a handful and stay prepared.
+const linesPerInsert = 64
+
+// linesInNextInsert is how many of n lines waiting the next INSERT
+// writes: the largest power of two up to linesPerInsert that fits.
+func linesInNextInsert(n int) int {
+	size := linesPerInsert
+	for size > n {
+		size /= 2
+	}
+	return size
+}
+
+// writeLines writes the lines added since the last write, in the order
+// added: one statement for many lines instead of one each, which a burst
+// of placements (a line each) pays for in time under the store's writer.
+func (t *tx) writeLines() error {
+	for len(t.lines) > 0 {
+		n := linesInNextInsert(len(t.lines))
+		args := make([]any, 0, 6*n)
+		for _, e := range t.lines[:n] {
+			args = append(args, e.Workload, ts(e.At), e.Text, e.Kind, max(e.Count, 1), ts(e.First))
+		}
+		_, err := t.exec(`INSERT INTO timeline (workload, at, text, kind, repeats, first_at) VALUES (?, ?, ?, ?, ?, ?)`+
+			strings.Repeat(`, (?, ?, ?, ?, ?, ?)`, n-1), args...)
+		if err != nil {
+			return fmt.Errorf("write %d timeline lines: %w", n, err)
+		}
+		t.lines = t.lines[n:]
+	}
+	t.lines = nil
+	return nil
 }
 
 const timelineColumns = `workload, at, text, kind, repeats, first_at`
@@ -697,6 +763,9 @@ func scanTimeline(sc interface{ Scan(...any) error }) (store.TimelineEntry, erro
 }
 
 func (t *tx) Timeline(workloadID string) ([]store.TimelineEntry, error) {
+	if err := t.writeLines(); err != nil {
+		return nil, err
+	}
 	rows, err := t.query(`SELECT `+timelineColumns+` FROM timeline WHERE workload = ? ORDER BY seq`, workloadID)
 	if err != nil {
 		return nil, err
@@ -714,6 +783,9 @@ func (t *tx) Timeline(workloadID string) ([]store.TimelineEntry, error) {
 }
 
 func (t *tx) LastTimeline(workloadID string) (store.TimelineEntry, error) {
+	if err := t.writeLines(); err != nil {
+		return store.TimelineEntry{}, err
+	}
 	e, err := scanTimeline(t.queryRow(`SELECT `+timelineColumns+` FROM timeline WHERE workload = ? ORDER BY seq DESC LIMIT 1`, workloadID))
 	if err != nil {
 		return e, notFound("timeline of workload", workloadID, err)
@@ -722,6 +794,9 @@ func (t *tx) LastTimeline(workloadID string) (store.TimelineEntry, error) {
 }
 
 func (t *tx) ReplaceLastTimeline(e store.TimelineEntry) error {
+	if err := t.writeLines(); err != nil {
+		return err
+	}
 	res, err := t.exec(`UPDATE timeline SET at = ?, text = ?, kind = ?, repeats = ?, first_at = ?
 		WHERE seq = (SELECT MAX(seq) FROM timeline WHERE workload = ?)`,
 		ts(e.At), e.Text, e.Kind, max(e.Count, 1), ts(e.First), e.Workload)
@@ -738,6 +813,9 @@ func (t *tx) TrimTimeline(workloadID string, keep int, note string) (int, error)
 	if keep < 1 {
 		return 0, fmt.Errorf("trim timeline of workload %q: keep %d lines, want at least 1", workloadID, keep)
 	}
+	if err := t.writeLines(); err != nil {
+		return 0, err
+	}
 	res, err := t.exec(`DELETE FROM timeline WHERE workload = ? AND seq <=
 		(SELECT seq FROM timeline WHERE workload = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)`, workloadID, workloadID, keep)
 	if err != nil {
@@ -753,6 +831,9 @@ func (t *tx) TrimTimeline(workloadID string, keep int, note string) (int, error)
 }
 
 func (t *tx) LongTimelines(keep, limit int) ([]string, error) {
+	if err := t.writeLines(); err != nil {
+		return nil, err
+	}
 	rows, err := t.query(`SELECT workload FROM timeline GROUP BY workload HAVING COUNT(*) > ?
 		ORDER BY workload`+t.s.d.Collate+` LIMIT ?`, keep, limit)
 	if err != nil {
@@ -771,6 +852,9 @@ func (t *tx) LongTimelines(keep, limit int) ([]string, error) {
 }
 
 func (t *tx) DeleteRemovedTimelines(before time.Time) (int, error) {
+	if err := t.writeLines(); err != nil {
+		return 0, err
+	}
 	res, err := t.exec(`DELETE FROM timeline WHERE workload IN (SELECT l.workload FROM timeline l
 		WHERE NOT EXISTS (SELECT 1 FROM workloads w WHERE w.id = l.workload)
 		GROUP BY l.workload HAVING MAX(l.at) < ?)`, ts(before))

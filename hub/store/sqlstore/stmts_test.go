@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/bits"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,5 +84,94 @@ func TestStatementCacheIsBounded(t *testing.T) {
 	}
 	if len(c.ready) == 0 {
 		t.Fatal("nothing was prepared")
+	}
+}
+
+// A transaction's timeline lines are written together, a few INSERTs of
+// sizes from a short list, so however many lines come the statement
+// texts stay few (and prepared) instead of filling the bounded cache.
+func TestTimelineWritesKeepFewStatements(t *testing.T) {
+	s := openSQLite(t)
+	ctx := context.Background()
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	total := 0
+	for n := 1; n <= 2*linesPerInsert+20; n++ {
+		err := s.Update(ctx, func(tx store.Tx) error {
+			for i := range n {
+				if err := tx.AddTimeline(store.TimelineEntry{Workload: "w-1", At: at, Text: fmt.Sprint(i)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	var got []store.TimelineEntry
+	if err := s.View(ctx, func(tx store.Tx) (err error) { got, err = tx.Timeline("w-1"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != total {
+		t.Fatalf("%d lines written, want %d", len(got), total)
+	}
+	c := s.stmts[s.writer]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	texts := 0
+	for _, m := range []map[string]bool{c.pending, c.refused} {
+		for q := range m {
+			if strings.Contains(q, "INTO timeline") {
+				texts++
+			}
+		}
+	}
+	for q := range c.ready {
+		if strings.Contains(q, "INTO timeline") {
+			texts++
+		}
+	}
+	// 1, 2, 4, … linesPerInsert: one text for each.
+	if want := bits.Len(linesPerInsert); texts > want {
+		t.Fatalf("%d INSERT texts for the timeline, want at most %d", texts, want)
+	}
+}
+
+// Every query of workloads by state is served by an index led by state
+// (workloads_waiting), the one such index left: the index on state alone
+// was dropped, one write fewer at each state move.
+func TestWorkloadsByStateUseAnIndex(t *testing.T) {
+	s := openSQLite(t)
+	ctx := context.Background()
+	waiting := []store.State{store.StatePending, store.StateQueued}
+	for _, f := range []store.WorkloadFilter{
+		{States: waiting},
+		{States: waiting, Region: "eu", Limit: 100},
+		{States: waiting, AfterID: "w-1", AfterCreated: time.Unix(1, 0)},
+		{States: []store.State{store.StateRunning}},
+	} {
+		query, args := workloadsQuery(f, SQLite.Collate)
+		rows, err := s.reader.QueryContext(ctx, "EXPLAIN QUERY PLAN "+query, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		if got := strings.Join(plan, "; "); !strings.Contains(got, "USING INDEX workloads_waiting (state=?") {
+			t.Errorf("%+v: plan %q, want a search of workloads_waiting by state", f, got)
+		}
+	}
+	var n int
+	if err := s.reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'workloads_state'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("workloads_state: %d, %v; want it dropped", n, err)
 	}
 }

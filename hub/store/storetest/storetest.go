@@ -32,6 +32,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("workloads_in_pages", func(t *testing.T) { testWorkloadPages(t, open(t)) })
 	t.Run("statuses", func(t *testing.T) { testStatuses(t, open(t)) })
 	t.Run("timeline_in_order", func(t *testing.T) { testTimeline(t, open(t)) })
+	t.Run("timeline_lines_of_one_transaction", func(t *testing.T) { testTimelineLinesOfOneTransaction(t, open(t)) })
 	t.Run("failed_update_rolls_back", func(t *testing.T) { testRollback(t, open(t)) })
 	t.Run("tokens_are_single_use", func(t *testing.T) { testTokens(t, open(t)) })
 	t.Run("leases", func(t *testing.T) { testLeases(t, open(t)) })
@@ -146,16 +147,30 @@ func testMachines(t *testing.T, s store.Store) {
 	if gen != 2 {
 		t.Errorf("second bump: got %d, want 2", gen)
 	}
+	var bumped store.Machine
+	update(t, s, func(tx store.Tx) (err error) { bumped, err = tx.BumpMachine("m-1"); return err })
+	if bumped.Generation != 3 || bumped.Owner != "acme" || bumped.Region != "eu" || bumped.Inventory == nil || bumped.Inventory.CPUs != 8 {
+		t.Errorf("BumpMachine: got %+v, want m-1 at generation 3 with its record", bumped)
+	}
+	update(t, s, func(tx store.Tx) error {
+		if _, err := tx.BumpMachine("m-none"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("BumpMachine of a missing machine: got %v, want ErrNotFound", err)
+		}
+		return nil
+	})
 	view(t, s, func(tx store.Tx) error {
 		got, err := tx.Machine("m-1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Generation != 2 || got.Owner != "acme" || !got.LastSync.Equal(at) || got.Inventory == nil || got.Inventory.CPUs != 8 {
+		if got.Generation != 3 || got.Owner != "acme" || !got.LastSync.Equal(at) || got.Inventory == nil || got.Inventory.CPUs != 8 {
 			t.Errorf("got %+v", got)
 		}
 		if _, err := tx.BumpGeneration("m-none"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("bump of a missing machine: got %v, want ErrNotFound", err)
+		}
+		if _, err := tx.BumpMachine("m-none"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("BumpMachine of a missing machine in a view: got %v, want ErrNotFound", err)
 		}
 		if revoked, err := tx.MachineRevoked("m-1"); err != nil || revoked {
 			t.Errorf("m-1 revoked: got %t, %v; want false", revoked, err)
@@ -210,7 +225,7 @@ func testMachines(t *testing.T, s store.Store) {
 	update(t, s, func(tx store.Tx) error { return tx.TouchMachines([]string{"m-1"}, at) }) // never back
 	view(t, s, func(tx store.Tx) error {
 		got, err := tx.Machine("m-1")
-		if err != nil || !got.LastSync.Equal(later) || got.Generation != 2 {
+		if err != nil || !got.LastSync.Equal(later) || got.Generation != 3 {
 			t.Errorf("touched: got %+v, %v; want last sync %v", got, err, later)
 		}
 		return nil
@@ -356,6 +371,75 @@ func testTimeline(t *testing.T, s store.Store) {
 		}
 		if !slices.Equal(texts, []string{"one", "two", "three"}) {
 			t.Errorf("got %v", texts)
+		}
+		return nil
+	})
+}
+
+// testTimelineLinesOfOneTransaction adds many lines in one transaction,
+// a store may write them together: each is there, in order, when the
+// transaction reads or changes its timeline and after the commit; none
+// is there after a rollback.
+func testTimelineLinesOfOneTransaction(t *testing.T, s store.Store) {
+	texts := func(es []store.TimelineEntry) []string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Text)
+		}
+		return out
+	}
+	var want []string
+	update(t, s, func(tx store.Tx) error {
+		// 203 lines of w-1 across calls of one and of several, and
+		// w-2's between them: more than any one write of lines.
+		for i := range 200 {
+			want = append(want, fmt.Sprint("line ", i))
+			if err := tx.AddTimeline(store.TimelineEntry{Workload: "w-1", At: at, Text: want[i]}); err != nil {
+				return err
+			}
+			if i%50 == 0 {
+				if err := tx.AddTimeline(store.TimelineEntry{Workload: "w-2", At: at, Text: "other"}); err != nil {
+					return err
+				}
+			}
+		}
+		last, err := tx.LastTimeline("w-1")
+		if err != nil || last.Text != "line 199" {
+			t.Errorf("last line in the transaction: got %q, %v, want line 199", last.Text, err)
+		}
+		more := []store.TimelineEntry{{Workload: "w-1", At: at, Text: "a"}, {Workload: "w-1", At: at, Text: "b"}, {Workload: "w-1", At: at, Text: "c"}}
+		want = append(want, "a", "b", "c")
+		if err := tx.AddTimeline(more...); err != nil {
+			return err
+		}
+		es, err := tx.Timeline("w-1")
+		if got := texts(es); err != nil || !slices.Equal(got, want) {
+			t.Errorf("lines in the transaction: got %d (%v), want %d", len(got), err, len(want))
+		}
+		if err := tx.AddTimeline(store.TimelineEntry{Workload: "w-1", At: at, Text: "last"}); err != nil {
+			return err
+		}
+		want = append(want, "last")
+		return nil
+	})
+	boom := errors.New("boom")
+	err := s.Update(context.Background(), func(tx store.Tx) error {
+		if err := tx.AddTimeline(store.TimelineEntry{Workload: "w-1", At: at, Text: "rolled back"}); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("got %v, want boom", err)
+	}
+	view(t, s, func(tx store.Tx) error {
+		es, err := tx.Timeline("w-1")
+		if got := texts(es); err != nil || !slices.Equal(got, want) {
+			t.Errorf("lines after the commit: got %d (%v), want %d, the last %q", len(got), err, len(want), want[len(want)-1])
+		}
+		es, err = tx.Timeline("w-2")
+		if got := texts(es); err != nil || len(got) != 4 {
+			t.Errorf("w-2's lines: got %v (%v), want 4", got, err)
 		}
 		return nil
 	})
