@@ -222,9 +222,6 @@ func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[s
 	if err != nil {
 		return err
 	}
-	if err := c.backend.Confirm(tx, d.Machine); err != nil {
-		return err
-	}
 	old := w.Machine
 	w.Attempt++
 	w.Restarts = 0
@@ -244,13 +241,22 @@ func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[s
 }
 
 // place records a placement: state provisioning, new mode generation.
+// The machine's record comes back from the bump of its generation, and
+// the view must have had it right (Confirm), or nothing commits.
 func (c *Controller) place(tx store.Tx, w *store.Workload, d placement.Decision, text string, wakes *changes) error {
 	w.Machine, w.Driver, w.Devices = d.Machine, d.Driver, d.Devices
-	gen, err := tx.BumpGeneration(d.Machine)
-	if err != nil {
+	m, err := tx.BumpMachine(d.Machine)
+	var read *store.Machine
+	switch {
+	case err == nil:
+		read = &m
+	case !errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("read machine %s: %w", d.Machine, err)
+	}
+	if err := c.backend.Confirm(d.Machine, read); err != nil {
 		return err
 	}
-	w.State, w.Reason, w.Since, w.ModeGeneration = store.StateProvisioning, "", c.clk.Now(), gen
+	w.State, w.Reason, w.Since, w.ModeGeneration = store.StateProvisioning, "", c.clk.Now(), m.Generation
 	wakes.add(protocol.ModeRun, w.ID, d.Machine)
 	if err := tx.PutWorkload(*w); err != nil {
 		return err

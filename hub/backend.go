@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -44,13 +43,13 @@ type Backend interface {
 	// Check: the changes told before it are those that transaction reads
 	// again, so it sees their commits whatever its isolation.
 	Prepare()
-	// Confirm reads machineID's record again in tx, the admit
-	// transaction that is about to place on it: a change committed just
-	// before that transaction began may not have been told (Changed) yet,
-	// and placement must not act on a revoked machine or an inventory
-	// that shrank. It returns errViewStale when the record moved; the
-	// batch then commits nothing and is made again.
-	Confirm(tx store.Tx, machineID string) error
+	// Confirm checks m, machineID's record as the admit transaction
+	// that is about to place on it read it (nil: it is gone): a change
+	// committed just before that transaction began may not have been told
+	// (Changed) yet, and placement must not act on a revoked machine or an
+	// inventory that shrank. It returns errViewStale when the record
+	// moved; the batch then commits nothing and is made again.
+	Confirm(machineID string, m *store.Machine) error
 	// Forget drops what the runtime keeps in memory of the store: the
 	// next Capacity reads it whole (a new term, missed notifications).
 	Forget()
@@ -190,14 +189,10 @@ func (b *agentBackend) Placed(ws ...store.Workload) {
 func (b *agentBackend) Heard(ls []store.LastSync) int { return b.view.heard(ls) }
 func (b *agentBackend) Observed(ls []store.LastSync)  { b.view.observed(ls) }
 
-// Confirm checks machineID's record in tx against the view's, on what
-// placement reads of it.
-func (b *agentBackend) Confirm(tx store.Tx, machineID string) error {
-	m, err := tx.Machine(machineID)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("read machine %s: %w", machineID, err)
-	}
-	if err == nil && b.view.sameRecord(m) {
+// Confirm checks machineID's record, as the admit transaction read it,
+// against the view's, on what placement reads.
+func (b *agentBackend) Confirm(machineID string, m *store.Machine) error {
+	if m != nil && b.view.sameRecord(*m) {
 		return nil
 	}
 	b.view.touch(machineID)
