@@ -54,6 +54,11 @@ var migrations = []string{
 	// index on state alone was one more to write at each state move, in
 	// a burst of placements a sixth of each (issue 13).
 	`DROP INDEX workloads_state;`,
+	// Deleting a workload deletes its statuses, found by workload: without
+	// an index each delete read every machine's statuses (issue 13). A
+	// status is rewritten in place on each report, so the index is
+	// written only when a workload's first status is.
+	`CREATE INDEX statuses_workload ON statuses (workload);`,
 }
 
 // migrationLock is the key of the advisory lock every migration

@@ -650,8 +650,11 @@ func workloadsQuery(f store.WorkloadFilter, collate string) (string, []any) {
 	return query, args
 }
 
+// deleteStatusesOf deletes a workload's statuses, on every machine.
+const deleteStatusesOf = `DELETE FROM statuses WHERE workload = ?`
+
 func (t *tx) DeleteWorkload(id string) error {
-	if _, err := t.exec(`DELETE FROM statuses WHERE workload = ?`, id); err != nil {
+	if _, err := t.exec(deleteStatusesOf, id); err != nil {
 		return fmt.Errorf("workload %q: %w", id, err)
 	}
 	res, err := t.exec(`DELETE FROM workloads WHERE id = ?`, id)

@@ -15,7 +15,7 @@ import (
 	_ "modernc.org/sqlite"
 )
 
-func openSQLite(t *testing.T) *Store {
+func openSQLite(t testing.TB) *Store {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "hub.db")
 	open := func(lock string, conns int) *sql.DB {
@@ -140,10 +140,30 @@ func TestTimelineWritesKeepFewStatements(t *testing.T) {
 
 // Every query of workloads by state is served by an index led by state
 // (workloads_waiting), the one such index left: the index on state alone
-// was dropped, one write fewer at each state move.
-func TestWorkloadsByStateUseAnIndex(t *testing.T) {
+// was dropped, one write fewer at each state move. Deleting a workload's
+// statuses finds them by workload through an index, not by reading every
+// machine's.
+func TestQueriesByStateAndWorkloadUseAnIndex(t *testing.T) {
 	s := openSQLite(t)
 	ctx := context.Background()
+	plan := func(query string, args ...any) string {
+		t.Helper()
+		rows, err := s.reader.QueryContext(ctx, "EXPLAIN QUERY PLAN "+query, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var steps []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			steps = append(steps, detail)
+		}
+		return strings.Join(steps, "; ")
+	}
 	waiting := []store.State{store.StatePending, store.StateQueued}
 	for _, f := range []store.WorkloadFilter{
 		{States: waiting},
@@ -152,26 +172,15 @@ func TestWorkloadsByStateUseAnIndex(t *testing.T) {
 		{States: []store.State{store.StateRunning}},
 	} {
 		query, args := workloadsQuery(f, SQLite.Collate)
-		rows, err := s.reader.QueryContext(ctx, "EXPLAIN QUERY PLAN "+query, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		rows.Close()
-		if got := strings.Join(plan, "; "); !strings.Contains(got, "USING INDEX workloads_waiting (state=?") {
+		if got := plan(query, args...); !strings.Contains(got, "USING INDEX workloads_waiting (state=?") {
 			t.Errorf("%+v: plan %q, want a search of workloads_waiting by state", f, got)
 		}
 	}
 	var n int
 	if err := s.reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'workloads_state'`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("workloads_state: %d, %v; want it dropped", n, err)
+	}
+	if got := plan(deleteStatusesOf, "w-1"); !strings.Contains(got, "USING INDEX statuses_workload (workload=?)") {
+		t.Errorf("deleting a workload's statuses: plan %q, want a search of statuses_workload", got)
 	}
 }
