@@ -43,3 +43,11 @@ func Sleep(c Clock, d time.Duration, done <-chan struct{}) bool {
 		return false
 	}
 }
+
+// Later is the later of a and b.
+func Later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

@@ -44,3 +44,14 @@ func TestSleepReturnsFalseWhenDone(t *testing.T) {
 		t.Error("a zero sleep did not complete")
 	}
 }
+
+func TestLaterIsTheLaterOfTwo(t *testing.T) {
+	a := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	b := a.Add(time.Second)
+	if got := Later(a, b); !got.Equal(b) {
+		t.Errorf("Later(a, b) = %v, want %v", got, b)
+	}
+	if got := Later(b, a); !got.Equal(b) {
+		t.Errorf("Later(b, a) = %v, want %v", got, b)
+	}
+}

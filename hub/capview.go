@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub/placement"
 	"einsora.dev/edge/hub/store"
 )
@@ -86,13 +87,6 @@ type listedMachine struct {
 	// read it, or a later sign of life of its poll (presence.heardLast).
 	lastSync time.Time
 	vm       *viewMachine
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // maxChanged bounds the machines a view lists as changed before it gives
@@ -254,7 +248,7 @@ func (v *capView) reread(tx store.Tx, id string) error {
 		// In place: listed keeps pointing at it.
 		*vm = viewMachine{m: m, holding: ws, online: vm.online, slot: vm.slot}
 		if v.listed != nil {
-			v.listed[vm.slot].lastSync = later(v.listed[vm.slot].lastSync, m.LastSync)
+			v.listed[vm.slot].lastSync = clock.Later(v.listed[vm.slot].lastSync, m.LastSync)
 		}
 		return nil
 	}
@@ -322,7 +316,7 @@ func (v *capView) takeLastSync(vm *viewMachine, at time.Time) {
 	}
 	vm.m.LastSync = at
 	if v.listed != nil {
-		v.listed[vm.slot].lastSync = later(v.listed[vm.slot].lastSync, at)
+		v.listed[vm.slot].lastSync = clock.Later(v.listed[vm.slot].lastSync, at)
 	}
 }
 

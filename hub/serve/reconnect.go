@@ -69,16 +69,9 @@ func (g *startGate) admit(machine string) (bool, time.Duration) {
 		g.tokens--
 		return true, 0
 	}
-	g.slot = later(g.slot, now).Add(time.Duration(float64(time.Second) / g.rate))
+	g.slot = clock.Later(g.slot, now).Add(time.Duration(float64(time.Second) / g.rate))
 	if len(g.slots) < maxSlots {
 		g.slots[machine] = g.slot
 	}
 	return false, g.slot.Sub(now)
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
