@@ -2,6 +2,7 @@ package hub
 
 import (
 	"cmp"
+	"container/heap"
 	"errors"
 	"fmt"
 	"maps"
@@ -53,6 +54,14 @@ type capView struct {
 	// since.
 	machines map[string]*viewMachine
 	listed   []listedMachine
+	// due holds every listed machine judged online, by the last sign of
+	// life it was judged on; offline, the slots of those judged offline.
+	// None can go offline before the first of due is OfflineAfter old,
+	// so a batch judges again the machines due and the offline ones, not
+	// the region: judging every machine cost each change time
+	// proportional to the fleet (issue 13). Both are made with listed.
+	due            dueHeap
+	offline, spare []int
 	// fleet is placement's form of the machines, kept across admit
 	// batches and told what changed (placement.Fleet.Update), so a batch
 	// costs what changed, not the region; nil when the view was read
@@ -364,7 +373,8 @@ func (v *capView) offer(p presence, classes map[string]store.Class) *placement.F
 		v.classes = maps.Clone(classes)
 		v.fleet = nil
 	}
-	if v.listed == nil {
+	relisted := v.listed == nil
+	if relisted {
 		v.listed = make([]listedMachine, 0, len(v.machines))
 		for id, vm := range v.machines {
 			vm.slot = len(v.listed)
@@ -373,12 +383,12 @@ func (v *capView) offer(p presence, classes map[string]store.Class) *placement.F
 	}
 	now := p.clk.Now()
 	if v.fleet == nil {
+		v.judgeAll(p, now, nil)
 		pms := make([]placement.Machine, 0, len(v.machines))
 		for i := range v.listed {
-			l := &v.listed[i]
-			l.vm.online = v.judge(p, l, now)
-			if pm, ok := placementMachine(l.vm, classes); ok {
-				pm.Online = l.vm.online
+			vm := v.listed[i].vm
+			if pm, ok := placementMachine(vm, classes); ok {
+				pm.Online = vm.online
 				pms = append(pms, pm)
 			}
 		}
@@ -401,14 +411,75 @@ func (v *capView) offer(p presence, classes map[string]store.Class) *placement.F
 		v.fleet.Remove(id)
 	}
 	clear(v.refreshed)
-	for i := range v.listed {
-		l := &v.listed[i]
-		if on := v.judge(p, l, now); on != l.vm.online {
-			l.vm.online = on
-			v.fleet.SetOnline(l.id, on)
-		}
+	tell := func(l *listedMachine) { v.fleet.SetOnline(l.id, l.vm.online) }
+	if relisted {
+		v.judgeAll(p, now, tell)
+	} else {
+		v.judgeDue(p, now, tell)
 	}
 	return v.fleet
+}
+
+// judgeAll judges every listed machine at now, calling tell (if not nil)
+// for each whose presence changed, and makes due and offline anew.
+func (v *capView) judgeAll(p presence, now time.Time, tell func(*listedMachine)) {
+	v.due, v.offline = v.due[:0], v.offline[:0]
+	for slot := range v.listed {
+		v.rejudge(p, slot, now, tell)
+	}
+}
+
+// judgeDue judges at now the machines judged offline and those of due
+// whose sign of life is no longer recent, as judgeAll would have.
+func (v *capView) judgeDue(p presence, now time.Time, tell func(*listedMachine)) {
+	was := v.offline
+	v.offline = v.spare[:0]
+	for _, slot := range was {
+		v.rejudge(p, slot, now, tell)
+	}
+	v.spare = was[:0]
+	for len(v.due) > 0 && !p.recent(v.due[0].at, now) {
+		v.rejudge(p, heap.Pop(&v.due).(dueEntry).slot, now, tell)
+	}
+}
+
+// rejudge judges the machine listed at slot, which is in neither due nor
+// offline, and puts it in the one it now belongs to.
+func (v *capView) rejudge(p presence, slot int, now time.Time, tell func(*listedMachine)) {
+	l := &v.listed[slot]
+	on := v.judge(p, l, now)
+	if on != l.vm.online {
+		l.vm.online = on
+		if tell != nil {
+			tell(l)
+		}
+	}
+	if on {
+		heap.Push(&v.due, dueEntry{at: l.lastSync, slot: slot})
+	} else {
+		v.offline = append(v.offline, slot)
+	}
+}
+
+// dueEntry is a machine of the view judged online on a sign of life at
+// at: it stays online until at is OfflineAfter old.
+type dueEntry struct {
+	at   time.Time
+	slot int
+}
+
+// dueHeap is a heap of dueEntry, the oldest sign of life first.
+type dueHeap []dueEntry
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(a, b int) bool { return h[a].at.Before(h[b].at) }
+func (h dueHeap) Swap(a, b int)      { h[a], h[b] = h[b], h[a] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(dueEntry)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
 }
 
 // judge reports whether l is online at now. A poll's sign of life it finds

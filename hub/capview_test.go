@@ -446,3 +446,86 @@ func TestCapacityCheckKeepsARightView(t *testing.T) {
 		t.Errorf("after the check the view has m-1 last heard at %v, want the store's %v", got, h.clk.Now())
 	}
 }
+
+// TestPresenceJudgedAsItFallsDueAgreesWithAFullJudge: the view judges
+// again, per admit batch, only the machines judged offline and those whose
+// sign of life has turned OfflineAfter old (issue 13: judging every
+// machine cost each change time proportional to the fleet). On a random
+// fleet whose machines join, sync, fall silent and keep polls waiting with
+// signs of life of their own, what the fleet is told after every batch
+// must be what judging each machine afresh says.
+func TestPresenceJudgedAsItFallsDueAgreesWithAFullJudge(t *testing.T) {
+	h := newTestHub(t)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(7, 13))
+	var ids []string
+	for i := range 40 {
+		id := fmt.Sprintf("m-%02d", i)
+		h.machine(id)
+		ids = append(ids, id)
+	}
+	h.pass()
+	be := h.ctl.backend.(*agentBackend)
+	signs := map[string]time.Time{} // the polls waiting, by their last sign of life
+	be.presence.held = func(id string, now time.Time) (time.Time, bool) {
+		at, ok := signs[id]
+		return at, ok
+	}
+	batch := func() {
+		t.Helper()
+		be.Prepare()
+		err := h.st.View(ctx, func(tx store.Tx) error {
+			classes, err := classMap(tx)
+			if err != nil {
+				return err
+			}
+			_, err = be.Capacity(tx, classes)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	flips := map[bool]int{}
+	for step := range 300 {
+		h.clk.Advance(time.Duration(r.IntN(30_000)) * time.Millisecond)
+		if step%25 == 0 {
+			// A machine joins: the view lists its machines anew.
+			id := fmt.Sprintf("m-%02d", len(ids))
+			h.machine(id)
+			ids = append(ids, id)
+		}
+		now := h.clk.Now()
+		for _, id := range ids {
+			switch r.IntN(10) {
+			case 0:
+				h.sync(id, &protocol.SyncRequest{})
+			case 1:
+				signs[id] = now.Add(-time.Duration(r.IntN(60)) * time.Second)
+			case 2:
+				delete(signs, id)
+			}
+		}
+		if r.IntN(4) == 0 {
+			// A pass's sweep brings the view fresher last syncs too.
+			h.pass()
+		}
+		was := map[string]bool{}
+		for id, vm := range be.view.machines {
+			was[id] = vm.online
+		}
+		batch()
+		for _, l := range be.view.listed {
+			want := be.presence.recent(be.presence.heardLast(l.id, l.lastSync, now), now)
+			if l.vm.online != want {
+				t.Fatalf("step %d: machine %s told online=%t, judged afresh %t (last heard %s ago)", step, l.id, l.vm.online, want, now.Sub(l.lastSync))
+			}
+			if want != was[l.id] {
+				flips[want]++
+			}
+		}
+	}
+	if flips[true] < 20 || flips[false] < 20 {
+		t.Fatalf("machines came online %d times and went offline %d: the random fleet exercises too little", flips[true], flips[false])
+	}
+}
