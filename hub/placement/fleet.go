@@ -2,7 +2,6 @@ package placement
 
 import (
 	"cmp"
-	"container/heap"
 	"slices"
 	"strings"
 
@@ -60,8 +59,8 @@ type machineState struct {
 	devices int
 	// offers[i] is m.Offers(drivers[i]).
 	offers []bool
-	// lists are the shortlists the machine is on.
-	lists []*shortlist
+	// lists are the shortlists the machine is on, with its place in each.
+	lists []listing
 	// limited[i] counts the holdings that count toward drivers[i]'s
 	// per-machine limit.
 	limited []int
@@ -151,6 +150,8 @@ func (f *Fleet) NewPass() {
 	for _, i := range f.heldOn {
 		if ms := &f.machines[i]; ms.held && !ms.gone {
 			f.setRecord(ms, ms.m)
+			// Less held, it is a worse fit than its place says.
+			f.refit(i)
 		}
 	}
 	for _, w := range f.heldWork {
@@ -243,7 +244,6 @@ func (f *Fleet) SetOnline(id string, online bool) {
 func (f *Fleet) relist(i int, change func(ms *machineState)) {
 	ms := &f.machines[i]
 	k := scope{ms.m.Owner, ms.m.Region}
-	on := slices.Clone(ms.lists)
 	var lists []*shortlist
 	var was []stage
 	for key, sl := range f.shortlists {
@@ -254,21 +254,19 @@ func (f *Fleet) relist(i int, change func(ms *machineState)) {
 		lists, was = append(lists, sl), append(was, s)
 	}
 	change(ms)
-	ms.lists = ms.lists[:0]
 	for j, sl := range lists {
 		// The reason nothing fits may change with it.
 		sl.known = false
 		s, permitted := f.static(ms, &sl.w, &sl.c, sl.cands)
-		listed := slices.Contains(on, sl)
-		if !listed && was[j] != stageFits {
+		on := ms.listed(sl)
+		if on < 0 && was[j] != stageFits {
 			sl.fails[was[j]]--
 		}
 		switch {
-		case listed && s == stageFits:
-			sl.set(f, i, permitted)
-			ms.lists = append(ms.lists, sl)
-		case listed:
-			sl.remove(f, i)
+		case on >= 0 && s == stageFits:
+			sl.set(f, i, on, permitted)
+		case on >= 0:
+			sl.remove(f, i, on)
 			sl.fails[s]++
 		case s == stageFits:
 			sl.add(f, i, permitted)
@@ -323,10 +321,9 @@ func (f *Fleet) removeFromScope(i int) {
 func (f *Fleet) unlist(i int) {
 	ms := &f.machines[i]
 	k := scope{ms.m.Owner, ms.m.Region}
-	for _, sl := range ms.lists {
-		sl.remove(f, i)
+	for len(ms.lists) > 0 {
+		ms.lists[0].sl.remove(f, i, 0)
 	}
-	ms.lists = ms.lists[:0]
 	for key, sl := range f.shortlists {
 		if (scope{key.tenant, key.region}) != k {
 			continue
@@ -390,40 +387,36 @@ func (f *Fleet) Place(w Workload, c Class) (Decision, error) {
 		return f.placeSticky(&w, &c)
 	}
 	sl := f.shortlist(&w, &c)
-	sl.begin(f.pass)
+	sl.begin(f)
 	if sl.noDriver {
 		return Decision{}, noFit("no driver runs %s", workPhrase(w.Kind, &c))
 	}
 	// Best fit among the machines that may still fit, which the list
-	// keeps as a heap by better: the first that fits is the best, so a
-	// placement costs the machines it passes over, not the list (issue
-	// 13: a burst in a region of 10,000 scanned all 10,000 for each). One
-	// that fails a dynamic rule now fails it for the rest of the pass
-	// (Holds only take capacity), so it leaves the heap.
-	if !sl.heaped {
-		heap.Init(aliveHeap{f, sl})
-		sl.heaped = true
-	}
-	for len(sl.alive) > 0 {
-		k := sl.alive[0]
-		i := sl.machines[k]
-		if s, d := f.dynamic(&f.machines[i], &w, &c, sl.drivers[k]); s == stageFits {
-			dec := f.decide(i, d, &w, &c)
-			// The hold only made machine i a better fit: still the
-			// heap's first.
-			sl.heaped = true
-			return dec, nil
+	// keeps as a heap by better across passes: the first that fits is
+	// the best, so a placement costs the machines it passes over, not
+	// the list (issue 13: a burst in a region of 10,000 scanned all
+	// 10,000 for each, and making the heap again each pass cost as
+	// much). One that fails a dynamic rule now fails it for the rest of
+	// the pass (Holds only take capacity), so it is set aside until then.
+	for len(sl.heap) > 0 {
+		i := sl.heap[0]
+		ms := &f.machines[i]
+		if s, d := f.dynamic(ms, &w, &c, ms.lists[ms.listed(sl)].drivers); s == stageFits {
+			return f.decide(i, d, &w, &c), nil
 		}
-		heap.Pop(aliveHeap{f, sl})
+		sl.setAside(f)
 	}
 	if !sl.known {
 		// The furthest stage any machine reaches; dynamic stages all come
 		// after static ones, and on a tie the first machine by ID names
-		// the driver.
+		// the driver. Every machine of the list is set aside by now.
 		sl.failStage, sl.failDriver = sl.stage(), -1
-		for k, i := range sl.machines {
-			if s, d := f.dynamic(&f.machines[i], &w, &c, sl.drivers[k]); s > sl.failStage {
-				sl.failStage, sl.failDriver = s, d
+		first := ""
+		for _, i := range sl.aside {
+			ms := &f.machines[i]
+			s, d := f.dynamic(ms, &w, &c, ms.lists[ms.listed(sl)].drivers)
+			if s > sl.failStage || (s == sl.failStage && first != "" && ms.m.ID < first) {
+				sl.failStage, sl.failDriver, first = s, d, ms.m.ID
 			}
 		}
 		sl.known = true
@@ -498,17 +491,14 @@ type shortlist struct {
 	cands    []int
 	noDriver bool // no driver in the table runs the shape
 	// fails counts the machines of the scope that fail each static stage.
-	fails    [stageFits]int
-	machines []int   // in ID order
-	drivers  [][]int // per machine, its permitted drivers in preference order
-	// pass is the pass alive and known are of.
+	fails [stageFits]int
+	// heap holds the machines on the list that may fit in this pass, as
+	// a heap by Fleet.better; aside, those that failed a dynamic rule in
+	// it, back on the heap when the next pass begins. A machine's place
+	// in either is in its listing, kept true by every move.
+	heap, aside []int
+	// pass is the pass aside and known are of.
 	pass uint64
-	// alive lists the positions in machines that may still fit; while
-	// heaped, as a heap by Fleet.better. A hold on one of its machines
-	// through another list makes that machine better than its place
-	// says, so it clears heaped.
-	alive  []int
-	heaped bool
 	// When known, failStage and failDriver are the reason nothing fits,
 	// unchanged since no machine of the list has been held on since.
 	known      bool
@@ -526,50 +516,165 @@ func (sl *shortlist) stage() stage {
 	return stageHost
 }
 
-// begin readies the list for pass: every machine on it may fit again.
-func (sl *shortlist) begin(pass uint64) {
-	if sl.pass == pass {
+// listing is a machine's place on one shortlist.
+type listing struct {
+	sl *shortlist
+	// at is the machine's index in sl.heap or, when negative, ^at is
+	// its index in sl.aside.
+	at int
+	// drivers are the drivers it is permitted there, in preference
+	// order.
+	drivers []int
+}
+
+// listed returns the index in ms.lists of sl, or -1.
+func (ms *machineState) listed(sl *shortlist) int {
+	for j := range ms.lists {
+		if ms.lists[j].sl == sl {
+			return j
+		}
+	}
+	return -1
+}
+
+// place is machine i's listing on sl, which it is on.
+func (sl *shortlist) place(f *Fleet, i int) *listing {
+	ms := &f.machines[i]
+	return &ms.lists[ms.listed(sl)]
+}
+
+// begin readies the list for the fleet's pass: every machine on it may
+// fit again.
+func (sl *shortlist) begin(f *Fleet) {
+	if sl.pass == f.pass {
 		return
 	}
-	sl.pass, sl.known, sl.heaped = pass, false, false
-	sl.alive = sl.alive[:0]
-	for k := range sl.machines {
-		sl.alive = append(sl.alive, k)
+	sl.pass, sl.known = f.pass, false
+	for _, i := range sl.aside {
+		sl.push(f, i, sl.place(f, i))
 	}
+	sl.aside = sl.aside[:0]
 }
 
-// add puts machine i, with its permitted drivers, on the list in ID
-// order; the list's pass state starts again.
+// add puts machine i, with its permitted drivers, on the list.
 func (sl *shortlist) add(f *Fleet, i int, permitted []int) {
-	at, _ := slices.BinarySearchFunc(sl.machines, f.machines[i].m.ID, f.byIDOrder)
-	sl.machines = slices.Insert(sl.machines, at, i)
-	sl.drivers = slices.Insert(sl.drivers, at, permitted)
-	f.machines[i].lists = append(f.machines[i].lists, sl)
-	sl.pass = 0
+	ms := &f.machines[i]
+	sl.known = false
+	ms.lists = append(ms.lists, listing{sl: sl, drivers: permitted})
+	sl.push(f, i, &ms.lists[len(ms.lists)-1])
 }
 
-// set changes the drivers machine i, which is on the list, is permitted
-// there; the list's pass state starts again, as its record changed.
-func (sl *shortlist) set(f *Fleet, i int, permitted []int) {
-	if at, ok := slices.BinarySearchFunc(sl.machines, f.machines[i].m.ID, f.byIDOrder); ok {
-		sl.drivers[at] = permitted
+// set changes the drivers machine i, whose listing on the list is
+// ms.lists[on], is permitted there, after its record changed: it may fit
+// again, and its place in the heap is made right.
+func (sl *shortlist) set(f *Fleet, i, on int, permitted []int) {
+	l := &f.machines[i].lists[on]
+	sl.known = false
+	l.drivers = permitted
+	if l.at < 0 {
+		sl.dropAside(f, ^l.at)
+		sl.push(f, i, l)
+		return
 	}
-	sl.pass = 0
+	sl.fix(f, l.at)
 }
 
-// remove takes machine i off the list (not off its lists: the caller
-// does); the list's pass state starts again.
-func (sl *shortlist) remove(f *Fleet, i int) {
-	if at, ok := slices.BinarySearchFunc(sl.machines, f.machines[i].m.ID, f.byIDOrder); ok {
-		sl.machines = slices.Delete(sl.machines, at, at+1)
-		sl.drivers = slices.Delete(sl.drivers, at, at+1)
+// remove takes machine i, whose listing on the list is ms.lists[on], off
+// the list.
+func (sl *shortlist) remove(f *Fleet, i, on int) {
+	ms := &f.machines[i]
+	sl.known = false
+	if at := ms.lists[on].at; at < 0 {
+		sl.dropAside(f, ^at)
+	} else {
+		last := len(sl.heap) - 1
+		sl.swap(f, at, last)
+		sl.heap = sl.heap[:last]
+		if at < last {
+			sl.fix(f, at)
+		}
 	}
-	sl.pass = 0
+	ms.lists = slices.Delete(ms.lists, on, on+1)
+}
+
+// setAside moves the heap's first machine aside for the rest of the pass.
+func (sl *shortlist) setAside(f *Fleet) {
+	i := sl.heap[0]
+	last := len(sl.heap) - 1
+	sl.swap(f, 0, last)
+	sl.heap = sl.heap[:last]
+	if last > 0 {
+		sl.down(f, 0)
+	}
+	sl.place(f, i).at = ^len(sl.aside)
+	sl.aside = append(sl.aside, i)
+}
+
+// dropAside takes the k-th machine set aside out of aside.
+func (sl *shortlist) dropAside(f *Fleet, k int) {
+	last := len(sl.aside) - 1
+	if k < last {
+		moved := sl.aside[last]
+		sl.aside[k] = moved
+		sl.place(f, moved).at = ^k
+	}
+	sl.aside = sl.aside[:last]
+}
+
+// push puts machine i, with listing l, on the heap.
+func (sl *shortlist) push(f *Fleet, i int, l *listing) {
+	l.at = len(sl.heap)
+	sl.heap = append(sl.heap, i)
+	sl.up(f, l.at)
+}
+
+// fix restores the heap after the machine at index at changed.
+func (sl *shortlist) fix(f *Fleet, at int) {
+	if !sl.down(f, at) {
+		sl.up(f, at)
+	}
+}
+
+func (sl *shortlist) up(f *Fleet, j int) {
+	for j > 0 {
+		parent := (j - 1) / 2
+		if !f.better(sl.heap[j], sl.heap[parent]) {
+			return
+		}
+		sl.swap(f, j, parent)
+		j = parent
+	}
+}
+
+// down sifts the machine at j down, reporting whether it moved.
+func (sl *shortlist) down(f *Fleet, j int) bool {
+	start, n := j, len(sl.heap)
+	for {
+		child := 2*j + 1
+		if child >= n {
+			break
+		}
+		if r := child + 1; r < n && f.better(sl.heap[r], sl.heap[child]) {
+			child = r
+		}
+		if !f.better(sl.heap[child], sl.heap[j]) {
+			break
+		}
+		sl.swap(f, j, child)
+		j = child
+	}
+	return j > start
+}
+
+func (sl *shortlist) swap(f *Fleet, a, b int) {
+	sl.heap[a], sl.heap[b] = sl.heap[b], sl.heap[a]
+	sl.place(f, sl.heap[a]).at = a
+	sl.place(f, sl.heap[b]).at = b
 }
 
 // shortlist returns the machines that pass the static rules for w and c:
 // those no Hold can change (CanHost, Equipped, a driver that runs it, is
-// offered and is permitted, online). It is computed once per shape per pass.
+// offered and is permitted, online). It is made once per shape, then kept true.
 // limitedBy marks, per limited driver, whether w counts toward its limit.
 func (f *Fleet) limitedBy(w *Workload) string {
 	var b []byte
@@ -610,9 +715,7 @@ func (f *Fleet) shortlist(w *Workload, c *Class) *shortlist {
 			sl.fails[s]++
 			continue
 		}
-		sl.machines = append(sl.machines, i)
-		sl.drivers = append(sl.drivers, permitted)
-		ms.lists = append(ms.lists, sl)
+		sl.add(f, i, permitted)
 	}
 	if f.shortlists == nil {
 		f.shortlists = make(map[shape]*shortlist)
@@ -756,27 +859,17 @@ func (f *Fleet) hold(i int, w *Workload, c *Class, dec Decision) {
 		ms.held = true
 		f.heldOn = append(f.heldOn, i)
 	}
-	for _, sl := range ms.lists {
-		sl.known, sl.heaped = false, false
+	// Now a better fit than its places say.
+	f.refit(i)
+}
+
+// refit makes machine i's places on its lists' heaps right after what it
+// has free changed; the reason nothing fits may change with it.
+func (f *Fleet) refit(i int) {
+	for _, l := range f.machines[i].lists {
+		l.sl.known = false
+		if l.at >= 0 {
+			l.sl.fix(f, l.at)
+		}
 	}
-}
-
-// aliveHeap is a shortlist's alive machines as a heap, the best fit
-// first.
-type aliveHeap struct {
-	f  *Fleet
-	sl *shortlist
-}
-
-func (h aliveHeap) Len() int { return len(h.sl.alive) }
-func (h aliveHeap) Less(a, b int) bool {
-	return h.f.better(h.sl.machines[h.sl.alive[a]], h.sl.machines[h.sl.alive[b]])
-}
-func (h aliveHeap) Swap(a, b int) { h.sl.alive[a], h.sl.alive[b] = h.sl.alive[b], h.sl.alive[a] }
-func (h aliveHeap) Push(x any)    { h.sl.alive = append(h.sl.alive, x.(int)) }
-func (h aliveHeap) Pop() any {
-	n := len(h.sl.alive) - 1
-	k := h.sl.alive[n]
-	h.sl.alive = h.sl.alive[:n]
-	return k
 }

@@ -222,6 +222,15 @@ func TestPlaceReasons(t *testing.T) {
 			reason: where + " that could run it is online"},
 		{name: "vz_limit", machines: []Machine{with(mac("m-1", "acme", "eu-west"), holding(vzHeld("a"), vzHeld("b")))}, w: withImage(acme(vm, "cpu-1"), macIPSW), class: "cpu-1",
 			reason: where + " can run another vz workload (2 per machine)"},
+		// Both at a driver's limit: the first machine by ID names its
+		// driver, though the other, the better fit, was tried first.
+		{name: "limit_tie_named_by_first_id", machines: []Machine{
+			with(linux("m-1", "acme", "eu-west", 0), drivers("lim-b"), holding(Held{Workload: "x", Driver: "lim-b"})),
+			with(linux("m-2", "acme", "eu-west", 0), drivers("lim-a"), holding(Held{Workload: "y", Driver: "lim-a", CPUs: 8})),
+		}, w: acme(ct, "cpu-1"), class: "cpu-1", drivers: append(withoutSim(),
+			Driver{Name: "lim-a", Isolation: protocol.IsolationVM, Kinds: protocol.Kinds, Accelerators: []string{AcceleratorNone}, PerMachineLimit: 1},
+			Driver{Name: "lim-b", Isolation: protocol.IsolationVM, Kinds: protocol.Kinds, Accelerators: []string{AcceleratorNone}, PerMachineLimit: 1}),
+			reason: where + " can run another lim-b workload (1 per machine)"},
 		{name: "gpu_busy", machines: []Machine{with(mac("m-1", "acme", "eu-west"), gpuHeld)}, w: acme(nb, "apple-gpu"), class: "apple-gpu",
 			reason: where + " has a free Apple GPU"},
 		{name: "gpus_busy_two", machines: []Machine{with(linux("m-1", "acme", "eu-west", 2), holding(Held{Workload: "x", Driver: "docker", Devices: []string{"nvidia:GPU-1"}}))},
