@@ -13,7 +13,7 @@ import (
 func (h *Hub) Desired(ctx context.Context, machineID string) (*protocol.SyncResponse, error) {
 	var resp *protocol.SyncResponse
 	err := h.store.View(ctx, func(tx store.Tx) error {
-		m, err := tx.Machine(machineID)
+		gen, revoked, err := tx.MachineGeneration(machineID)
 		if errors.Is(err, store.ErrNotFound) {
 			// Removed while its poll waited: answered as any unknown
 			// machine is.
@@ -22,19 +22,20 @@ func (h *Hub) Desired(ctx context.Context, machineID string) (*protocol.SyncResp
 		if err != nil {
 			return err
 		}
-		if m.Revoked {
+		if revoked {
 			// A poll woken by the revocation ends here.
 			return ErrRevoked
 		}
 		// Every change to a machine's desired state bumps its generation
 		// in the same transaction, so a state computed for this generation
-		// is the state: a wake reads one row.
-		if cached, ok := h.desired.Load(machineID); ok && cached.(*protocol.SyncResponse).Generation == m.Generation {
+		// is the state: a wake reads two columns of one row, and a
+		// state not cached reads the machine's workloads, not its record.
+		if cached, ok := h.desired.Load(machineID); ok && cached.(*protocol.SyncResponse).Generation == gen {
 			copied := *cached.(*protocol.SyncResponse)
 			resp = &copied
 			return nil
 		}
-		resp, err = h.computeDesired(tx, m)
+		resp, err = h.computeDesired(tx, machineID, gen)
 		return err
 	})
 	if err != nil {
@@ -44,11 +45,11 @@ func (h *Hub) Desired(ctx context.Context, machineID string) (*protocol.SyncResp
 	return resp, nil
 }
 
-// computeDesired builds machine m's desired state from the store and
-// caches it under m's generation.
-func (h *Hub) computeDesired(tx store.Tx, m store.Machine) (*protocol.SyncResponse, error) {
-	resp := &protocol.SyncResponse{StoreID: h.store.ID(), Generation: m.Generation, Workloads: []protocol.DesiredWorkload{}}
-	ws, err := tx.Workloads(store.WorkloadFilter{Machine: m.ID})
+// computeDesired builds machine id's desired state at generation from the
+// store and caches it under that generation.
+func (h *Hub) computeDesired(tx store.Tx, id string, generation int64) (*protocol.SyncResponse, error) {
+	resp := &protocol.SyncResponse{StoreID: h.store.ID(), Generation: generation, Workloads: []protocol.DesiredWorkload{}}
+	ws, err := tx.Workloads(store.WorkloadFilter{Machine: id})
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +74,7 @@ func (h *Hub) computeDesired(tx store.Tx, m store.Machine) (*protocol.SyncRespon
 		})
 	}
 	cached := *resp
-	h.desired.Store(m.ID, &cached)
+	h.desired.Store(id, &cached)
 	return resp, nil
 }
 

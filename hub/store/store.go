@@ -51,6 +51,10 @@ type Tx interface {
 	// if there is none. Every TLS handshake asks it, so it reads one
 	// column, not the record (whose inventory takes decoding).
 	MachineRevoked(id string) (bool, error)
+	// MachineGeneration returns machine id's generation and whether it
+	// is revoked; ErrNotFound if there is none. Every woken poll asks
+	// it, so it reads two columns, not the record.
+	MachineGeneration(id string) (generation int64, revoked bool, err error)
 	Machines() ([]Machine, error)
 	// LastSyncs returns the ID and last sync of every machine of region,
 	// in ID order: what the sweep reads of a whole region every few

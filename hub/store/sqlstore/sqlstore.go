@@ -419,6 +419,15 @@ func (t *tx) MachineRevoked(id string) (bool, error) {
 	return revoked, nil
 }
 
+func (t *tx) MachineGeneration(id string) (int64, bool, error) {
+	var gen int64
+	var revoked bool
+	if err := t.queryRow(`SELECT generation, revoked FROM machines WHERE id = ?`, id).Scan(&gen, &revoked); err != nil {
+		return 0, false, notFound("machine", id, err)
+	}
+	return gen, revoked, nil
+}
+
 func (t *tx) Machines() ([]store.Machine, error) {
 	return t.machines(t.query(`SELECT ` + machineCols + ` FROM machines ORDER BY id` + t.s.d.Collate))
 }

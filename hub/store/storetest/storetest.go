@@ -178,6 +178,12 @@ func testMachines(t *testing.T, s store.Store) {
 		if _, err := tx.MachineRevoked("m-none"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("revoked of a missing machine: got %v, want ErrNotFound", err)
 		}
+		if gen, revoked, err := tx.MachineGeneration("m-1"); err != nil || gen != 3 || revoked {
+			t.Errorf("m-1 generation: got %d, revoked %t, %v; want 3, false", gen, revoked, err)
+		}
+		if _, _, err := tx.MachineGeneration("m-none"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("generation of a missing machine: got %v, want ErrNotFound", err)
+		}
 		return nil
 	})
 	revoked := store.Machine{ID: "m-9", Name: "gone", Owner: "acme", Region: "eu", Registered: at, Revoked: true}
@@ -185,6 +191,9 @@ func testMachines(t *testing.T, s store.Store) {
 	view(t, s, func(tx store.Tx) error {
 		if got, err := tx.MachineRevoked("m-9"); err != nil || !got {
 			t.Errorf("m-9 revoked: got %t, %v; want true", got, err)
+		}
+		if _, got, err := tx.MachineGeneration("m-9"); err != nil || !got {
+			t.Errorf("m-9 revoked by its generation's read: got %t, %v; want true", got, err)
 		}
 		return nil
 	})
