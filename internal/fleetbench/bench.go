@@ -296,6 +296,7 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	// agent was told.
 	f.drainWakes()
 	lat := make([]time.Duration, 0, cfg.Changes)
+	began := make([]time.Duration, 0, cfg.Changes) // since the phase began
 	var cross, same []time.Duration
 	holder := 0 // the replica of the agent told of this cycle's workload
 	cpu0, _ = sumCPU(t.pids())
@@ -312,7 +313,7 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 			return r, fmt.Errorf("change %d: %w", k, err)
 		}
 		d := w.at.Sub(t0)
-		lat = append(lat, d)
+		lat, began = append(lat, d), append(began, t0.Sub(phase))
 		holder = replicaOf[w.url]
 		if holder == via {
 			same = append(same, d)
@@ -327,7 +328,7 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	r.wakeP50, r.wakeP99 = percentile(lat, 50), percentile(lat, 99)
 	r.crossP50, r.crossP99, r.nCross = percentile(cross, 50), percentile(cross, 99), len(cross)
 	r.sameP50, r.sameP99, r.nSame = percentile(same, 50), percentile(same, 99), len(same)
-	fmt.Fprintf(cfg.Out, "  change: hub CPU %s each, wake p50 %s p99 %s; slowest %s\n", r.cpuPerChange.Round(10*time.Microsecond), r.wakeP50.Round(10*time.Microsecond), r.wakeP99.Round(10*time.Microsecond), slowest(lat, 3))
+	fmt.Fprintf(cfg.Out, "  change: hub CPU %s each, wake p50 %s p99 %s; slowest %s (the phase began %s)\n", r.cpuPerChange.Round(10*time.Microsecond), r.wakeP50.Round(10*time.Microsecond), r.wakeP99.Round(10*time.Microsecond), slowest(lat, began, max(3, len(lat)/100+1)), phase.UTC().Format("15:04:05.000"))
 	if len(urls) > 1 {
 		fmt.Fprintf(cfg.Out, "  across replicas (%d): wake p50 %s p99 %s; on the agent's replica (%d): p50 %s p99 %s\n",
 			r.nCross, r.crossP50.Round(10*time.Microsecond), r.crossP99.Round(10*time.Microsecond),
@@ -586,9 +587,10 @@ func printTable(w io.Writer, n int, cols []column) {
 	}
 }
 
-// slowest names the n slowest changes by their place in the phase and
-// kind (a create, park or run, in that order), for a p99 to be looked into.
-func slowest(lat []time.Duration, n int) string {
+// slowest names the n slowest changes by their place in the phase, their
+// kind (a create, park or run, in that order) and when each began after
+// the phase did, for a p99 to be looked into beside the hub's log.
+func slowest(lat, began []time.Duration, n int) string {
 	idx := make([]int, len(lat))
 	for i := range idx {
 		idx[i] = i
@@ -596,7 +598,7 @@ func slowest(lat []time.Duration, n int) string {
 	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(lat[b], lat[a]) })
 	var parts []string
 	for _, k := range idx[:min(n, len(idx))] {
-		parts = append(parts, fmt.Sprintf("#%d %s %s", k, [3]string{"create", "park", "run"}[k%3], lat[k].Round(10*time.Microsecond)))
+		parts = append(parts, fmt.Sprintf("#%d %s %s at +%s", k, [3]string{"create", "park", "run"}[k%3], lat[k].Round(10*time.Microsecond), began[k].Round(time.Millisecond)))
 	}
 	return strings.Join(parts, ", ")
 }
