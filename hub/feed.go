@@ -41,6 +41,14 @@ func newPresenceFeed(every time.Duration) *presenceFeed {
 	return &presenceFeed{every: every, heard: make(map[string]time.Time)}
 }
 
+// HeardFrom takes a request of machineID that this hub sent away for its
+// own overload (its line of requests full, or too slow) as the sign of
+// life it is: the machine spoke, and the hub's backlog must never count as
+// its silence (issue 13: overload never turns into a false offline). The
+// next presence batch carries it, as a quiet sync. The caller vouches for
+// the machine: its certificate was checked at its connection's handshake.
+func (h *Hub) HeardFrom(machineID string) { h.feed.note(machineID, h.clk.Now()) }
+
 // note records a quiet sync of machineID at for the next batch.
 func (f *presenceFeed) note(machineID string, at time.Time) {
 	f.mu.Lock()

@@ -196,6 +196,11 @@ type activeSlots struct {
 	maxQueued int64
 	wait      time.Duration
 	clk       clock.Clock
+	// released counts the slots given back. A request refused after its
+	// whole wait sets rate, in slots a second times 1,000, to how many
+	// were given back meanwhile: how fast the line moves now.
+	released atomic.Int64
+	rate     atomic.Int64
 }
 
 func newActiveSlots(clk clock.Clock, n, maxQueued int, wait time.Duration) *activeSlots {
@@ -217,13 +222,26 @@ func (a *activeSlots) take(ctx context.Context) (release func(), ok bool) {
 	defer a.queued.Add(-1)
 	t := a.clk.NewTimer(a.wait)
 	defer t.Stop()
+	before := a.released.Load()
 	select {
 	case a.sem <- struct{}{}:
 		return a.releaser(), true
 	case <-t.C():
+		a.rate.Store(int64(float64(a.released.Load()-before) * 1000 / a.wait.Seconds()))
 	case <-ctx.Done():
 	}
 	return nil, false
+}
+
+// drainTime is how long the line takes to be served at the rate it moved
+// during the last whole wait that ended in a refusal; ok is false when
+// none moved (or none has ended so yet).
+func (a *activeSlots) drainTime() (d time.Duration, ok bool) {
+	rate := a.rate.Load()
+	if rate <= 0 {
+		return 0, false
+	}
+	return time.Duration(float64(a.waiting()+1) * 1000 / float64(rate) * float64(time.Second)), true
 }
 
 func (a *activeSlots) releaser() func() {
@@ -231,6 +249,7 @@ func (a *activeSlots) releaser() func() {
 	return func() {
 		if done.CompareAndSwap(false, true) {
 			<-a.sem
+			a.released.Add(1)
 		}
 	}
 }
@@ -250,8 +269,17 @@ func (l Limits) bodyTimeout(n int64) time.Duration {
 }
 
 // jittered is a Retry-After of at least base and up to five times it.
-func jittered(base time.Duration) time.Duration {
-	return base + rand.N(base*4+1)
+func jittered(base time.Duration) time.Duration { return retryWithin(base, 0, 0) }
+
+// retryWithin is a Retry-After for a caller sent away from a line that
+// takes drain to be served: at random from base to drain, but never
+// narrower than jittered's span nor past limit (when limit is wider), so
+// the callers sent away come back spread over the time the line needs,
+// not in a crowd that meets it again (issue 13: replicas on an overloaded
+// box sent a fleet away for 1 to 5 s while their lines took minutes).
+func retryWithin(base, drain, limit time.Duration) time.Duration {
+	span := max(min(drain, limit), 5*base)
+	return base + rand.N(span-base+1)
 }
 
 // sourceKey is what per-source bounds key on: the IP address of addr

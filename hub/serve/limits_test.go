@@ -124,9 +124,12 @@ func TestShedsLoadWith503(t *testing.T) {
 		if w.Code != http.StatusServiceUnavailable {
 			t.Fatalf("%s: got %d, want 503", tc.name, w.Code)
 		}
+		// A machine's line that did not move in its wait sends it away
+		// for up to a third of OfflineAfter (TestRetryAfterSpreadsOverTheLine).
+		most := map[string]int{"machine": 15, "anonymous": 5}[tc.name]
 		ra, err := strconv.Atoi(w.Header().Get("Retry-After"))
-		if err != nil || ra < 1 || ra > 5 {
-			t.Errorf("%s: Retry-After %q, want 1 to 5 seconds", tc.name, w.Header().Get("Retry-After"))
+		if err != nil || ra < 1 || ra > most {
+			t.Errorf("%s: Retry-After %q, want 1 to %d seconds", tc.name, w.Header().Get("Retry-After"), most)
 		}
 		tc.fill(false)
 	}
@@ -363,5 +366,61 @@ func TestBodyTimeout(t *testing.T) {
 	}
 	if got := l.bodyTimeout(-1); got != DefaultBodyTimeoutMax {
 		t.Errorf("unknown length: %s, want the cap", got)
+	}
+}
+
+// Issue 13: a request refused after its whole wait measures how fast the
+// line moved meanwhile; the line is then expected to drain at that rate.
+func TestLineDrainTimeIsMeasuredByTheLastWait(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	a := newActiveSlots(clk, 1, 10, 10*time.Second)
+	if _, ok := a.drainTime(); ok {
+		t.Fatal("a drain time before any wait ended")
+	}
+	first, _ := a.take(context.Background())
+	got := make(chan bool, 1)
+	go func() { _, ok := a.take(context.Background()); got <- ok }()
+	waitGauge(t, "no request queued", func() bool { return a.waiting() == 1 })
+	// 30 slots given back elsewhere while it waited, none to it.
+	a.released.Add(30)
+	clk.Advance(10 * time.Second)
+	if <-got {
+		t.Fatal("given a slot that never freed")
+	}
+	// 3 a second: the line, with 5 more in it, needs 2 s.
+	a.queued.Add(5)
+	defer a.queued.Add(-5)
+	if d, ok := a.drainTime(); !ok || d != 2*time.Second {
+		t.Fatalf("drain time %s, %t; want 2s", d, ok)
+	}
+	first()
+}
+
+// The Retry-After of a caller sent away from a line spreads over the time
+// the line needs to drain: never narrower than jitter's 1 to 5 times the
+// least, never past the limit.
+func TestRetryAfterSpreadsOverTheLine(t *testing.T) {
+	spread := func(drain, limit time.Duration) (lo, hi time.Duration) {
+		lo, hi = time.Hour, 0
+		for range 2000 {
+			d := retryWithin(time.Second, drain, limit)
+			lo, hi = min(lo, d), max(hi, d)
+		}
+		return lo, hi
+	}
+	for _, tc := range []struct {
+		name         string
+		drain, limit time.Duration
+		hiAbove      time.Duration // the widest draw comes past this
+		hiMost       time.Duration
+	}{
+		{"short line", 2 * time.Second, 15 * time.Second, 4 * time.Second, 5 * time.Second},
+		{"line of 12 s", 12 * time.Second, 15 * time.Second, 10 * time.Second, 12 * time.Second},
+		{"line past the limit", time.Minute, 15 * time.Second, 13 * time.Second, 15 * time.Second},
+	} {
+		lo, hi := spread(tc.drain, tc.limit)
+		if lo < time.Second || hi > tc.hiMost || hi <= tc.hiAbove {
+			t.Errorf("%s: Retry-After from %s to %s; want from 1 s, past %s, at most %s", tc.name, lo, hi, tc.hiAbove, tc.hiMost)
+		}
 	}
 }

@@ -5,6 +5,7 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -101,6 +102,12 @@ type Server struct {
 	refused    atomic.Int64
 	// gate queues machines' requests in the first phase after start.
 	gate *startGate
+	// retryLimit is the longest Retry-After a machine sent away for the
+	// hub's overload is told: a third of OfflineAfter. It is heard when
+	// sent away, and back within retryLimit plus QueueWait (25 s at the
+	// defaults), so even with a presence batch (OfflineAfter/3) before
+	// the store hears of it, it never looks silent for OfflineAfter.
+	retryLimit time.Duration
 
 	// mu guards the following fields.
 	mu       sync.Mutex
@@ -171,6 +178,7 @@ func NewServer(cfg Config) *Server {
 		active:     newActiveSlots(cfg.Clock, lim.MaxActive, lim.MaxQueued, lim.QueueWait),
 		polls:      make(map[*pollEntry]struct{}),
 		gate:       newStartGate(cfg.Clock, lim.ReconnectRate, lim.StartPhase),
+		retryLimit: cmp.Or(cfg.OfflineAfter, hub.DefaultOfflineAfter) / 3,
 	}
 	s.api = httpapi.New(cfg.Hub, cfg.Clock, cfg.Logger)
 	s.api.ReconnectWindow = s.ReconnectWindow
@@ -393,7 +401,7 @@ func (s *Server) shed(next http.Handler) http.Handler {
 			defer s.inflight.Add(-1)
 			release, ok := s.active.take(r.Context())
 			if !ok {
-				s.busy(w, r)
+				s.sendAway(w, r)
 				return
 			}
 			defer release()
@@ -435,13 +443,36 @@ func (s *Server) shed(next http.Handler) http.Handler {
 }
 
 func (s *Server) busy(w http.ResponseWriter, r *http.Request) {
+	s.busyFor(w, r, jittered(s.limits.RetryAfter))
+}
+
+func (s *Server) busyFor(w http.ResponseWriter, r *http.Request, retry time.Duration) {
 	if r.ProtoMajor == 1 && r.ContentLength != 0 {
 		// Otherwise HTTP/1.1 reads the unread body before it answers,
 		// and a trickled body would hold the answer back.
 		w.Header().Set("Connection", "close")
 	}
-	retryAfterHeader(w, jittered(s.limits.RetryAfter))
+	retryAfterHeader(w, retry)
 	writeError(w, http.StatusServiceUnavailable, "the hub is busy; try again after Retry-After")
+}
+
+// sendAway answers a machine's request that found no active slot in time
+// (issue 13). The machine spoke, so it is heard: the hub's own backlog
+// must never turn into its silence, and so a false offline. It is told to
+// come back when the line will have room, spread over the time the line
+// takes to drain, up to retryLimit.
+func (s *Server) sendAway(w http.ResponseWriter, r *http.Request) {
+	// The handshake checked the certificate with the store; asking again
+	// would add to the overload, and a revocation cuts the connection.
+	if id, _, err := s.api.ClientCert(r); err == nil {
+		s.hub.HeardFrom(id)
+	}
+	drain, ok := s.active.drainTime()
+	if !ok {
+		// The line did not move in a whole wait, or has not been measured.
+		drain = s.retryLimit
+	}
+	s.busyFor(w, r, retryWithin(s.limits.RetryAfter, drain, s.retryLimit))
 }
 
 // limitMachine holds each machine to its token bucket. A poll that the hub

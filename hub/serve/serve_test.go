@@ -638,3 +638,70 @@ func TestMachineRateLimit(t *testing.T) {
 		t.Errorf("another machine: %v", err)
 	}
 }
+
+// updateGate holds every write transaction while armed, until released.
+type updateGate struct {
+	store.Store
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *updateGate) Update(ctx context.Context, fn func(store.Tx) error) error {
+	if g.armed.Load() {
+		select {
+		case g.entered <- struct{}{}:
+		default:
+		}
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return g.Store.Update(ctx, fn)
+}
+
+// Issue 13: overload never turns into a false offline. A machine whose
+// request found no active slot within QueueWait is sent away with 503,
+// but it spoke: the hub hears it (the presence batch writes its last
+// sync), and tells it to come back within a third of OfflineAfter.
+func TestMachineSentAwayByOverloadIsHeard(t *testing.T) {
+	gate := &updateGate{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	e := startEnv(t, envOptions{
+		pollTimeout: 10 * time.Second, offlineAfter: 3 * time.Second,
+		limits: serve.Limits{MaxActive: 1, QueueWait: 200 * time.Millisecond, RetryAfter: time.Second},
+		wrap:   func(s store.Store) store.Store { gate.Store = s; return gate },
+	})
+	_, a := e.enroll()
+	_, b := e.enroll()
+	bID, err := ca.MachineID(b.Transport().Certificate().Leaf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a's first sync holds the only slot: its report waits on the store.
+	gate.armed.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.Transport().Sync(ctx, &protocol.SyncRequest{ProtocolVersion: protocol.Version})
+	<-gate.entered
+	waitFor(t, 5*time.Second, "a's sync to hold the slot", func() bool { return e.srv.Stats().Requests == 1 })
+
+	_, err = b.Transport().Sync(ctx, &protocol.SyncRequest{ProtocolVersion: protocol.Version})
+	var he *hubclient.HubError
+	if !errors.As(err, &he) || he.Code != http.StatusServiceUnavailable {
+		t.Fatalf("b's sync with the only slot held past QueueWait: %v; want 503", err)
+	}
+	// Retry-After: from 1 s (RetryAfter) to 5 (jitter's span), as a third
+	// of OfflineAfter (1 s) is under that span.
+	if he.RetryAfter < time.Second || he.RetryAfter > 5*time.Second {
+		t.Fatalf("Retry-After %s, want 1 to 5 s", he.RetryAfter)
+	}
+	gate.armed.Store(false)
+	close(gate.release)
+	waitFor(t, 10*time.Second, "the store to hear b, sent away but never synced", func() bool {
+		var m store.Machine
+		err := e.st.View(context.Background(), func(tx store.Tx) (err error) { m, err = tx.Machine(bID); return err })
+		return err == nil && !m.LastSync.IsZero()
+	})
+}
