@@ -235,7 +235,7 @@ func (a *activeSlots) take(ctx context.Context) (release func(), ok bool) {
 
 // drainTime is how long the line takes to be served at the rate it moved
 // during the last whole wait that ended in a refusal; ok is false when
-// none moved (or none has ended so yet).
+// none moved, or none has ended yet.
 func (a *activeSlots) drainTime() (d time.Duration, ok bool) {
 	rate := a.rate.Load()
 	if rate <= 0 {
