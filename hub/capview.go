@@ -49,9 +49,8 @@ type capView struct {
 	pendingLost bool
 	// machines are the region's machines by ID; nil before the first
 	// full read. listed holds what presence reads of each, in one block,
-	// for judging every machine's presence in each batch without walking
-	// a map or touching every record; nil when a machine came or went
-	// since.
+	// indexed by slot for due and offline below; nil when a machine came
+	// or went since.
 	machines map[string]*viewMachine
 	listed   []listedMachine
 	// due holds every listed machine judged online, by the last sign of

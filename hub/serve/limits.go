@@ -197,10 +197,10 @@ type activeSlots struct {
 	wait      time.Duration
 	clk       clock.Clock
 	// released counts the slots given back. A request refused after its
-	// whole wait sets rate, in slots a second times 1,000, to how many
-	// were given back meanwhile: how fast the line moves now.
+	// whole wait sets rate (the bits of a float64, slots a second) to how
+	// many were given back meanwhile: how fast the line moves now.
 	released atomic.Int64
-	rate     atomic.Int64
+	rate     atomic.Uint64
 }
 
 func newActiveSlots(clk clock.Clock, n, maxQueued int, wait time.Duration) *activeSlots {
@@ -227,7 +227,7 @@ func (a *activeSlots) take(ctx context.Context) (release func(), ok bool) {
 	case a.sem <- struct{}{}:
 		return a.releaser(), true
 	case <-t.C():
-		a.rate.Store(int64(float64(a.released.Load()-before) * 1000 / a.wait.Seconds()))
+		a.rate.Store(math.Float64bits(float64(a.released.Load()-before) / a.wait.Seconds()))
 	case <-ctx.Done():
 	}
 	return nil, false
@@ -237,11 +237,11 @@ func (a *activeSlots) take(ctx context.Context) (release func(), ok bool) {
 // during the last whole wait that ended in a refusal; ok is false when
 // none moved, or none has ended yet.
 func (a *activeSlots) drainTime() (d time.Duration, ok bool) {
-	rate := a.rate.Load()
+	rate := math.Float64frombits(a.rate.Load())
 	if rate <= 0 {
 		return 0, false
 	}
-	return time.Duration(float64(a.waiting()+1) * 1000 / float64(rate) * float64(time.Second)), true
+	return time.Duration(float64(a.waiting()+1) / rate * float64(time.Second)), true
 }
 
 func (a *activeSlots) releaser() func() {
