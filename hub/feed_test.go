@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -207,5 +208,59 @@ func TestOverloadedHubFailsNothingOffline(t *testing.T) {
 	h.pass()
 	if got := h.workload(w.ID); got.State != store.StateFailed {
 		t.Errorf("silent past OfflineFailAfter with presence healthy: %s, want failed", got.State)
+	}
+}
+
+// ids lists a batch's machines, with when each is written.
+func batchOf(b map[time.Time][]string) map[string]time.Time {
+	out := make(map[string]time.Time)
+	for at, ids := range b {
+		for _, id := range ids {
+			out[id] = at
+		}
+	}
+	return out
+}
+
+// Issue 13: a held poll's sign of life moves only when its peer answers a
+// keepalive probe, every 25 s, and the batch comes every 15 s: a batch
+// writes it only when it moved since this replica last wrote it. A
+// failed batch's are written by the next; a quiet sync is written
+// whatever the poll held; the polls no longer held are forgotten.
+func TestPresenceBatchWritesAHeldPollsSignOfLifeOnlyWhenItMoved(t *testing.T) {
+	f := newPresenceFeed(15 * time.Second)
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	held := map[string]time.Time{"a": t0.Add(300 * time.Millisecond), "b": t0.Add(700 * time.Millisecond)}
+	step := func(now time.Time, err error) map[string]time.Time {
+		t.Helper()
+		b := f.begin(now, held)
+		f.end(b, err)
+		return batchOf(b)
+	}
+	if got := step(t0.Add(time.Second), nil); len(got) != 2 || !got["a"].Equal(t0) || !got["b"].Equal(t0) {
+		t.Fatalf("first batch = %v, want a and b at %v", got, t0)
+	}
+	if got := step(t0.Add(16*time.Second), nil); len(got) != 0 {
+		t.Errorf("signs of life unchanged, the batch wrote %v", got)
+	}
+	held["a"] = t0.Add(25*time.Second + 100*time.Millisecond)
+	if got := step(t0.Add(31*time.Second), nil); len(got) != 1 || !got["a"].Equal(t0.Add(25*time.Second)) {
+		t.Errorf("a's sign of life moved: the batch wrote %v, want a alone at +25s", got)
+	}
+	held["b"] = t0.Add(26 * time.Second)
+	if got := step(t0.Add(46*time.Second), errors.New("store: commit: database is locked")); len(got) != 1 || got["b"].IsZero() {
+		t.Fatalf("b's sign of life moved: the batch wrote %v", got)
+	}
+	if got := step(t0.Add(61*time.Second), nil); len(got) != 1 || !got["b"].Equal(t0.Add(26*time.Second)) {
+		t.Errorf("after a failed batch, the next wrote %v, want b at +26s", got)
+	}
+	f.note("a", t0.Add(62*time.Second))
+	if got := step(t0.Add(76*time.Second), nil); len(got) != 1 || !got["a"].Equal(t0.Add(62*time.Second)) {
+		t.Errorf("a's quiet sync: the batch wrote %v, want a at +62s", got)
+	}
+	delete(held, "b")
+	step(t0.Add(91*time.Second), nil)
+	if len(f.written) != len(held) {
+		t.Errorf("%d polls held, %d remembered: the polls no longer held must be forgotten", len(held), len(f.written))
 	}
 }
