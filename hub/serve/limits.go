@@ -487,6 +487,8 @@ type countingListener struct {
 	anonLife  time.Duration
 	refused   *atomic.Int64
 	now       func() time.Time
+	// probeIdle is the listener's keepalive idle time (0: unknown).
+	probeIdle time.Duration
 }
 
 // Accept accepts the next connection its source may hold. While every
@@ -507,7 +509,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 			continue
 		}
 		boundUnacked(c, unackedFor)
-		cc := &countedConn{Conn: c, slots: l.slots, sources: l.untrusted, key: key, timeout: l.timeout, anonLife: l.anonLife, now: l.now}
+		cc := &countedConn{Conn: c, slots: l.slots, sources: l.untrusted, key: key, timeout: l.timeout, anonLife: l.anonLife, now: l.now, probeIdle: l.probeIdle}
 		cc.lastRead.Store(l.now().UnixNano())
 		by := time.Now().Add(l.timeout)
 		cc.handshakeBy.Store(by.UnixNano())
@@ -580,6 +582,13 @@ type countedConn struct {
 	// lastRead (Unix nanoseconds, by now) is when a byte last came.
 	lastRead atomic.Int64
 	now      func() time.Time
+	// ackedAt (Unix nanoseconds, by now; 0: never asked) is the peer's
+	// last acknowledgement as the kernel last told it, and kernelAsks
+	// counts the asking. probeIdle is the listener's keepalive idle
+	// time (0: unknown, and the kernel is asked every time).
+	ackedAt    atomic.Int64
+	kernelAsks atomic.Int64
+	probeIdle  time.Duration
 	// checkedAt (Unix nanoseconds, by now; 0: none) is when the
 	// handshake had the store's word on the peer's certificate, until a
 	// request takes it.
@@ -655,15 +664,23 @@ func (c *countedConn) Read(b []byte) (int, error) {
 
 // signOfLife is when the peer last showed itself alive: the last byte
 // read, or its kernel's last acknowledgement (keepalive answers too),
-// whichever is later.
+// whichever is later. The kernel probes only after probeIdle without a
+// word from the peer, so until then an idle peer's last acknowledgement
+// is the one the kernel last told: every presence batch asks for every
+// held poll, and this halves the asking. What the peer acknowledges of
+// the hub's own writes in that time is heard at the next asking, at most
+// probeIdle late and never early.
 func (c *countedConn) signOfLife() time.Time {
-	at := time.Unix(0, c.lastRead.Load())
-	if ago, ok := sinceLastAck(c.Conn); ok {
-		if acked := c.now().Add(-ago); acked.After(at) {
-			at = acked
+	read, acked := c.lastRead.Load(), c.ackedAt.Load()
+	now := c.now()
+	if acked == 0 || c.probeIdle <= 0 || now.Sub(time.Unix(0, max(read, acked))) >= c.probeIdle {
+		c.kernelAsks.Add(1)
+		if ago, ok := sinceLastAck(c.Conn); ok {
+			acked = now.Add(-ago).UnixNano()
+			c.ackedAt.Store(acked)
 		}
 	}
-	return at
+	return time.Unix(0, max(read, acked))
 }
 
 // end gives the slot back, once; it reports whether it did.

@@ -108,6 +108,9 @@ type Server struct {
 	// defaults), so even with a presence batch (OfflineAfter/3) before
 	// the store hears of it, it never looks silent for OfflineAfter.
 	retryLimit time.Duration
+	// probeIdle is the keepalive idle time of the listener ListenFor
+	// makes for the hub's offline rule (countedConn.signOfLife).
+	probeIdle time.Duration
 
 	// mu guards the following fields.
 	mu       sync.Mutex
@@ -179,6 +182,7 @@ func NewServer(cfg Config) *Server {
 		polls:      make(map[*pollEntry]struct{}),
 		gate:       newStartGate(cfg.Clock, lim.ReconnectRate, lim.StartPhase),
 		retryLimit: cmp.Or(cfg.OfflineAfter, hub.DefaultOfflineAfter) / 3,
+		probeIdle:  KeepAliveIdleFor(cfg.OfflineAfter),
 	}
 	s.api = httpapi.New(cfg.Hub, cfg.Clock, cfg.Logger)
 	s.api.ReconnectWindow = s.ReconnectWindow
@@ -298,7 +302,7 @@ func KeepAliveIdleFor(offlineAfter time.Duration) time.Duration {
 func (s *Server) Serve(ln net.Listener) error {
 	err := s.srv.ServeTLS(&countingListener{
 		Listener: ln, slots: s.handshakes, untrusted: s.untrusted, now: s.clk.Now,
-		timeout: s.limits.HandshakeTimeout, refused: &s.refused,
+		timeout: s.limits.HandshakeTimeout, refused: &s.refused, probeIdle: s.probeIdle,
 		// Time for one request's header and its longest body.
 		anonLife: s.limits.ReadHeaderTimeout + s.limits.BodyTimeoutMax,
 	}, "", "")
