@@ -285,8 +285,8 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 		// assumed.
 		r.idleWirePerAgentHour = (tlsBytes + float64(s1-s0)*testnet.WireHeader) / float64(cfg.N) / hours
 	}
-	fmt.Fprintf(cfg.Out, "  idle: hub RSS +%.1f KiB per agent, CPU %s per agent-hour, %.1f KB per agent-hour (%.1f KB on the wire)\n",
-		r.rssPerAgentKiB, r.idleCPUPerAgentHour.Round(time.Microsecond), r.idleBytesPerAgentHour/1000, r.idleWirePerAgentHour/1000)
+	fmt.Fprintf(cfg.Out, "  idle: hub RSS +%.1f KiB per agent, CPU %s per agent-hour, %.1f KB per agent-hour (%.1f KB on the wire); failed syncs: %s\n",
+		r.rssPerAgentKiB, r.idleCPUPerAgentHour.Round(time.Microsecond), r.idleBytesPerAgentHour/1000, r.idleWirePerAgentHour/1000, f.causes.take())
 
 	// Single-workload changes, each waited for before the next. Among
 	// replicas, a create goes to each replica in turn (the leader places
