@@ -211,7 +211,7 @@ func TestOverloadedHubFailsNothingOffline(t *testing.T) {
 	}
 }
 
-// ids lists a batch's machines, with when each is written.
+// batchOf lists a batch's machines, with when each is written.
 func batchOf(b map[time.Time][]string) map[string]time.Time {
 	out := make(map[string]time.Time)
 	for at, ids := range b {
