@@ -11,6 +11,18 @@ import (
 // UserTimeout is c's TCP_USER_TIMEOUT: how long data may stay
 // unacknowledged before the kernel drops the connection.
 func UserTimeout(c net.Conn) (time.Duration, error) {
+	ms, err := tcpOption(c, unix.TCP_USER_TIMEOUT)
+	return time.Duration(ms) * time.Millisecond, err
+}
+
+// KeepAliveIdle is c's TCP_KEEPIDLE: how long the connection is silent
+// before its kernel sends the first keepalive probe.
+func KeepAliveIdle(c net.Conn) (time.Duration, error) {
+	s, err := tcpOption(c, unix.TCP_KEEPIDLE)
+	return time.Duration(s) * time.Second, err
+}
+
+func tcpOption(c net.Conn, opt int) (int, error) {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return 0, syscall.EINVAL
@@ -19,10 +31,10 @@ func UserTimeout(c net.Conn) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	var ms int
+	var v int
 	var gerr error
-	if err := rc.Control(func(fd uintptr) { ms, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT) }); err != nil {
+	if err := rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, opt) }); err != nil {
 		return 0, err
 	}
-	return time.Duration(ms) * time.Millisecond, gerr
+	return v, gerr
 }
