@@ -141,15 +141,23 @@ func verifyPinned(cs tls.ConnectionState, fp [32]byte, host string) error {
 // NewDialer returns a dialer with TCP keepalives and the bound on
 // unacknowledged data set as the package's constants say: what an agent's
 // connections get, for a DialContext of one's own (tests, benchmarks).
-func NewDialer() *net.Dialer {
+func NewDialer() *net.Dialer { return NewDialerIdle(KeepAliveIdle) }
+
+// NewDialerIdle is NewDialer with a keepalive idle time of idle, and the
+// bound on unacknowledged data moved with it. It is for a benchmark that
+// runs thousands of agents on one host: there, equal idle times put every
+// agent's probes in one slot of the kernel's timer wheel, and the burst
+// overflows loopback's backlog (docs/performance.md).
+func NewDialerIdle(idle time.Duration) *net.Dialer {
+	unacked := idle + KeepAliveCount*KeepAliveIntvl
 	return &net.Dialer{
 		Timeout: 10 * time.Second,
 		KeepAliveConfig: net.KeepAliveConfig{
-			Enable: true, Idle: KeepAliveIdle, Interval: KeepAliveIntvl, Count: KeepAliveCount,
+			Enable: true, Idle: idle, Interval: KeepAliveIntvl, Count: KeepAliveCount,
 		},
 		Control: func(_, _ string, rc syscall.RawConn) error {
 			var err error
-			if cerr := rc.Control(func(fd uintptr) { err = boundUnacked(fd, unackedFor) }); cerr != nil {
+			if cerr := rc.Control(func(fd uintptr) { err = boundUnacked(fd, unacked) }); cerr != nil {
 				return cerr
 			}
 			return err
