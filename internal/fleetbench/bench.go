@@ -268,7 +268,7 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	if err != nil {
 		return r, err
 	}
-	b0, s0 := f.m.bytes.Load(), testnet.TCPOutSegs()
+	b0, s0, lost0 := f.m.bytes.Load(), testnet.TCPOutSegs(), testnet.BacklogDrops()
 	time.Sleep(cfg.Window)
 	cpu1, err := sumCPU(t.pids())
 	if err != nil {
@@ -285,8 +285,14 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 		// assumed.
 		r.idleWirePerAgentHour = (tlsBytes + float64(s1-s0)*testnet.WireHeader) / float64(cfg.N) / hours
 	}
-	fmt.Fprintf(cfg.Out, "  idle: hub RSS +%.1f KiB per agent, CPU %s per agent-hour, %.1f KB per agent-hour (%.1f KB on the wire); failed syncs: %s\n",
-		r.rssPerAgentKiB, r.idleCPUPerAgentHour.Round(time.Microsecond), r.idleBytesPerAgentHour/1000, r.idleWirePerAgentHour/1000, f.causes.take())
+	// Packets loopback lost to a full input backlog: the host's limit,
+	// not the hub's; none is expected.
+	drops := int64(-1)
+	if lost1 := testnet.BacklogDrops(); lost0 >= 0 && lost1 >= 0 {
+		drops = lost1 - lost0
+	}
+	fmt.Fprintf(cfg.Out, "  idle: hub RSS +%.1f KiB per agent, CPU %s per agent-hour, %.1f KB per agent-hour (%.1f KB on the wire); failed syncs: %s; packets lost to loopback's backlog: %d\n",
+		r.rssPerAgentKiB, r.idleCPUPerAgentHour.Round(time.Microsecond), r.idleBytesPerAgentHour/1000, r.idleWirePerAgentHour/1000, f.causes.take(), drops)
 
 	// Single-workload changes, each waited for before the next. Among
 	// replicas, a create goes to each replica in turn (the leader places

@@ -17,6 +17,7 @@ import (
 	"einsora.dev/edge/hub/adminapi"
 	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/internal/pgtest"
+	"einsora.dev/edge/internal/testnet"
 )
 
 // Every agent has its own loopback source address.
@@ -40,6 +41,24 @@ func TestDialerLoopbackOnly(t *testing.T) {
 	}
 	if m.dials.Load() != 0 {
 		t.Errorf("a refused dial was counted")
+	}
+}
+
+// The agents' keepalive idle times spread over at least seven of the
+// kernel's 16 s timer slots, around the agent's own, so that the probes
+// of agents that connected together do not all fire together.
+func TestAgentsKeepAliveIdleSpreadAroundTheAgentsOwn(t *testing.T) {
+	const agents = 121
+	lo, hi, sum := time.Duration(1<<62), time.Duration(0), time.Duration(0)
+	for i := range agents {
+		d := keepAliveIdle(i)
+		lo, hi, sum = min(lo, d), max(hi, d), sum+d
+	}
+	if hi-lo < 7*16384*time.Millisecond {
+		t.Errorf("idle times span %s to %s: fewer than seven 16 s slots", lo, hi)
+	}
+	if mean := sum / agents; mean != hubclient.KeepAliveIdle {
+		t.Errorf("mean idle %s, want the agent's own %s", mean, hubclient.KeepAliveIdle)
 	}
 }
 
@@ -68,6 +87,9 @@ func TestMeterCounts(t *testing.T) {
 	defer c.Close()
 	if got := c.LocalAddr().(*net.TCPAddr).IP; !got.Equal(sourceAddr(3)) {
 		t.Errorf("dialled from %s, want %s", got, sourceAddr(3))
+	}
+	if got, err := testnet.KeepAliveIdle(c.(*countedConn).Conn); err != nil || got != keepAliveIdle(3) {
+		t.Errorf("keepalive idle %s (%v), want agent 3's %s", got, err, keepAliveIdle(3))
 	}
 	c.Write([]byte("hello"))
 	b := make([]byte, 2)

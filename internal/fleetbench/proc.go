@@ -80,6 +80,20 @@ func sourceAddr(i int) net.IP {
 	return net.IPv4(127, 1+byte(i/62500), byte(i/250%250), byte(1+i%250))
 }
 
+// keepAliveIdle is agent i's keepalive idle time: an agent's own
+// (hubclient.KeepAliveIdle), spread a minute either way, a second an
+// agent. Real agents each have a host of their own; here they share one
+// kernel, whose timer wheel fires timers this long in slots of 16 s (at
+// 250 Hz). With one idle time, agents that connected together probe
+// together: thousands of probes in one burst overflow loopback's input
+// backlog (1,000 packets a CPU), and connections whose probes were lost
+// time out, so the bench would measure its host instead of the hub.
+// Spread over seven slots and more, the bursts fit; the probes a hold
+// sends are the same on average.
+func keepAliveIdle(i int) time.Duration {
+	return hubclient.KeepAliveIdle - time.Minute + time.Duration(i%121)*time.Second
+}
+
 type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // meter counts the fleet's dials and bytes on the wire (TLS records with
@@ -93,7 +107,7 @@ type meter struct {
 func (m *meter) dialer(i int) dialFunc {
 	// An agent's keepalives, not Go's default (every 15 s), which would
 	// triple the idle traffic on the wire.
-	d := hubclient.NewDialer()
+	d := hubclient.NewDialerIdle(keepAliveIdle(i))
 	d.LocalAddr = &net.TCPAddr{IP: sourceAddr(i)}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		host, _, err := net.SplitHostPort(addr)
