@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -511,6 +512,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 		boundUnacked(c, unackedFor)
 		cc := &countedConn{Conn: c, slots: l.slots, sources: l.untrusted, key: key, timeout: l.timeout, anonLife: l.anonLife, now: l.now, probeIdle: l.probeIdle}
 		cc.lastRead.Store(l.now().UnixNano())
+		cc.phaseProbes()
 		by := time.Now().Add(l.timeout)
 		cc.handshakeBy.Store(by.UnixNano())
 		cc.holdsSource.Store(true)
@@ -589,6 +591,9 @@ type countedConn struct {
 	ackedAt    atomic.Int64
 	kernelAsks atomic.Int64
 	probeIdle  time.Duration
+	// rephaseAt (Unix nanoseconds, by now; 0: done or never) is when the
+	// keepalive idle time goes back to probeIdle (phaseProbes).
+	rephaseAt atomic.Int64
 	// checkedAt (Unix nanoseconds, by now; 0: none) is when the
 	// handshake had the store's word on the peer's certificate, until a
 	// request takes it.
@@ -673,6 +678,9 @@ func (c *countedConn) Read(b []byte) (int, error) {
 func (c *countedConn) signOfLife() time.Time {
 	read, acked := c.lastRead.Load(), c.ackedAt.Load()
 	now := c.now()
+	if at := c.rephaseAt.Load(); at != 0 && now.UnixNano() >= at && c.rephaseAt.CompareAndSwap(at, 0) {
+		setKeepAliveIdle(c.Conn, c.probeIdle)
+	}
 	if acked == 0 || c.probeIdle <= 0 || now.Sub(time.Unix(0, max(read, acked))) >= c.probeIdle {
 		c.kernelAsks.Add(1)
 		if ago, ok := sinceLastAck(c.Conn); ok {
@@ -681,6 +689,39 @@ func (c *countedConn) signOfLife() time.Time {
 		}
 	}
 	return time.Unix(0, max(read, acked))
+}
+
+// phaseProbes gives the connection's first keepalive probe a random time
+// between half the listener's idle time and all of it, and sets when the
+// idle time goes back to the listener's (rephaseAt, done by signOfLife,
+// a second after the first probe: time for its answer). The kernel's
+// timer wheel fires timers this long in slots of 2 to 16 s; connections
+// accepted together (a fleet coming back after a restart) would otherwise
+// probe together for as long as they are idle, and on loopback or a veth
+// a burst of more probes than a CPU's input backlog holds (1,000 by
+// default) loses the rest: retried together, lost together, the
+// connections were cut (issue 13, docs/performance.md). Each connection
+// keeps the phase its first answer gave it: one probe more in its life.
+func (c *countedConn) phaseProbes() {
+	if c.probeIdle < 2*time.Second {
+		return
+	}
+	half := c.probeIdle / 2
+	first := (half + rand.N(c.probeIdle-half)).Truncate(time.Second)
+	if setKeepAliveIdle(c.Conn, first) != nil {
+		return
+	}
+	c.rephaseAt.Store(c.now().Add(first + time.Second).UnixNano())
+}
+
+// setKeepAliveIdle sets how long c is idle before its first keepalive
+// probe, leaving the interval and count as they were.
+func setKeepAliveIdle(c net.Conn, idle time.Duration) error {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return errors.ErrUnsupported
+	}
+	return tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: idle, Interval: -1, Count: -1})
 }
 
 // end gives the slot back, once; it reports whether it did.
