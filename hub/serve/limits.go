@@ -695,13 +695,16 @@ func (c *countedConn) signOfLife() time.Time {
 // between half the listener's idle time and all of it, and sets when the
 // idle time goes back to the listener's (rephaseAt, done by signOfLife,
 // a second after the first probe: time for its answer). The kernel's
-// timer wheel fires timers this long in slots of 2 to 16 s; connections
-// accepted together (a fleet coming back after a restart) would otherwise
-// probe together for as long as they are idle, and on loopback or a veth
-// a burst of more probes than a CPU's input backlog holds (1,000 by
-// default) loses the rest: retried together, lost together, the
-// connections were cut (issue 13, docs/performance.md). Each connection
-// keeps the phase its first answer gave it: one probe more in its life.
+// timer wheel fires timers this long in slots (2 s at 250 Hz);
+// connections accepted together (a fleet coming back after a restart)
+// would otherwise probe together for as long as they are idle, and on
+// loopback or a veth a burst of more probes than a CPU's input backlog
+// holds (1,000 by default) loses the rest: retried together, lost
+// together, the connections were cut (issue 13, docs/performance.md).
+// Each connection keeps the phase its first answer gave it: one probe
+// more in its life. One that never holds a poll (signOfLife is asked for
+// held polls) keeps the shorter idle time, for the short life such
+// connections have.
 func (c *countedConn) phaseProbes() {
 	if c.probeIdle < 2*time.Second {
 		return
