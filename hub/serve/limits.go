@@ -692,9 +692,10 @@ func (c *countedConn) signOfLife() time.Time {
 }
 
 // phaseProbes gives the connection's first keepalive probe a random time
-// between half the listener's idle time and all of it, and sets when the
-// idle time goes back to the listener's (rephaseAt, done by signOfLife,
-// a second after the first probe: time for its answer). The kernel's
+// between half the listener's idle time and all of it (in whole seconds,
+// as the kernel takes it), and sets when the idle time goes back to the
+// listener's (rephaseAt, done by signOfLife, a second after the first
+// probe: time for its answer). The kernel's
 // timer wheel fires timers this long in slots (2 s at 250 Hz);
 // connections accepted together (a fleet coming back after a restart)
 // would otherwise probe together for as long as they are idle, and on

@@ -60,8 +60,8 @@ func TestKeepaliveProbesOfConnectionsAcceptedTogetherSpread(t *testing.T) {
 			t.Errorf("first probe after %s: idle time restored at +%s, want just after it", first, at.Sub(t0))
 		}
 	}
-	// Ten seconds of first probes in whole seconds: forty connections on
-	// one value would be a chance of 10^-39.
+	// Ten whole seconds to draw from: forty connections on three values
+	// or fewer would be a chance of about 10^-19.
 	if len(firsts) < 4 {
 		t.Errorf("%d connections accepted together have %d first-probe times: %v", conns, len(firsts), firsts)
 	}
