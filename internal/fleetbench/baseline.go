@@ -50,12 +50,12 @@ func newBaselineTarget(self, dir string) *baselineTarget {
 	return &baselineTarget{self: self, dir: dir, listen: "127.0.0.1:0", admin: "127.0.0.1:0"}
 }
 
-func (b *baselineTarget) name() string   { return "stock Go TLS long poll" }
-func (b *baselineTarget) urls() []string { return []string{b.agentURL} }
-func (b *baselineTarget) pids() []int    { return []int{b.p.cmd.Process.Pid} }
-func (b *baselineTarget) crash()         { b.p.kill() }
-func (b *baselineTarget) restart() error { return b.start() }
-func (b *baselineTarget) stop()          { b.p.kill() }
+func (b *baselineTarget) name() string      { return "stock Go TLS long poll" }
+func (b *baselineTarget) urls() []string    { return []string{b.agentURL} }
+func (b *baselineTarget) pids() []int       { return []int{b.p.cmd.Process.Pid} }
+func (b *baselineTarget) crash(int)         { b.p.kill() }
+func (b *baselineTarget) restart(int) error { return b.start() }
+func (b *baselineTarget) stop()             { b.p.kill() }
 
 func (b *baselineTarget) start() error {
 	if b.ca == nil {

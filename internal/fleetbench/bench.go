@@ -255,6 +255,9 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	r.cold = time.Since(start)
 	r.coldDials = float64(f.m.dials.Load()) / float64(cfg.N)
 	fmt.Fprintf(cfg.Out, "  cold connect %s, %.2f connections per agent; failed syncs: %s\n", r.cold.Round(time.Millisecond), r.coldDials, f.causes.take())
+	if len(urls) > 1 {
+		fmt.Fprintf(cfg.Out, "  agents per replica: %s\n", joinCounts(f.perReplica(urls)))
+	}
 
 	// Memory and idle cost, every agent connected and waiting; summed
 	// over the processes.
@@ -358,16 +361,22 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	r.burst = last.Sub(start)
 	fmt.Fprintf(cfg.Out, "  burst of %d: the last agent had its own after %s\n", cfg.N, r.burst.Round(time.Millisecond))
 
-	// kill -9 and restart of the first process: every agent that synced
-	// with it syncing again, with it or (failing over) another replica.
+	// kill -9 and restart of the process holding the most agents: every
+	// agent that synced with it syncing again, with it or (failing over)
+	// another replica. Agents sent away by a busy replica may have left
+	// one with none, whose crash would measure nothing.
 	time.Sleep(restartSettle)
-	crashed, _ := hubclient.ParseHubURL(urls[0])
-	hit := len(f.onReplica(crashed.String()))
+	counts := f.perReplica(urls)
+	victim := busiest(counts)
+	hit := counts[victim]
+	if len(urls) > 1 {
+		fmt.Fprintf(cfg.Out, "  agents per replica: %s; replica %d crashes\n", joinCounts(counts), victim)
+	}
 	d0 := f.m.dials.Load()
 	f.causes.take() // the restart's own, below
 	start = time.Now()
-	t.crash()
-	if err := t.restart(); err != nil {
+	t.crash(victim)
+	if err := t.restart(victim); err != nil {
 		return r, fmt.Errorf("restart: %w", err)
 	}
 	if err := waitReached(ctx, t, start, cfg.N, cfg.ConnectLimit); err != nil {

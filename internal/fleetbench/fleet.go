@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -201,6 +202,37 @@ func (f *fleet) onReplica(url string) []*simAgent {
 		}
 	}
 	return out
+}
+
+// perReplica counts the agents whose sync goes to each of urls now.
+func (f *fleet) perReplica(urls []string) []int {
+	counts := make([]int, len(urls))
+	for i, raw := range urls {
+		if u, err := hubclient.ParseHubURL(raw); err == nil {
+			counts[i] = len(f.onReplica(u.String()))
+		}
+	}
+	return counts
+}
+
+// busiest is the index of the largest count, the first of equals.
+func busiest(counts []int) int {
+	best := 0
+	for i, c := range counts {
+		if c > counts[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// joinCounts writes counts as "a / b / c".
+func joinCounts(counts []int) string {
+	parts := make([]string, len(counts))
+	for i, c := range counts {
+		parts[i] = strconv.Itoa(c)
+	}
+	return strings.Join(parts, " / ")
 }
 
 // drainWakes forgets the wakes so far.

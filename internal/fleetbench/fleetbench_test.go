@@ -371,3 +371,25 @@ func TestCausesTallyFailedSyncsByKind(t *testing.T) {
 		t.Errorf("%d kinds tallied as %q, want %d kinds and the rest as other", maxCauses+5, got, maxCauses)
 	}
 }
+
+// A replica that sent its agents away under load may hold none when the
+// restart comes; the crash takes the one holding the most, so the restart
+// measures agents coming back.
+func TestRestartCrashesTheReplicaHoldingTheMostAgents(t *testing.T) {
+	for _, tc := range []struct {
+		counts []int
+		want   int
+	}{
+		{[]int{10000}, 0},
+		{[]int{0, 5021, 4979}, 1},
+		{[]int{3000, 3000, 4000}, 2},
+		{[]int{3400, 3400, 3200}, 0},
+	} {
+		if got := busiest(tc.counts); got != tc.want {
+			t.Errorf("busiest(%v) = %d, want %d", tc.counts, got, tc.want)
+		}
+	}
+	if got, want := joinCounts([]int{0, 5021, 4979}), "0 / 5021 / 4979"; got != want {
+		t.Errorf("joinCounts = %q, want %q", got, want)
+	}
+}

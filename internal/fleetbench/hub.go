@@ -91,12 +91,12 @@ func (h *hubTarget) pids() []int {
 	return ps
 }
 
-// crash kills the first replica with SIGKILL: the whole hub, or one of
-// several replicas.
-func (h *hubTarget) crash() { h.reps[0].p.kill() }
+// crash kills replica i with SIGKILL: the whole hub, or one of several
+// replicas.
+func (h *hubTarget) crash(i int) { h.reps[i].p.kill() }
 
-// restart starts the crashed replica again where its agents know to find it.
-func (h *hubTarget) restart() error { return h.startReplica(0) }
+// restart starts replica i again where its agents know to find it.
+func (h *hubTarget) restart(i int) error { return h.startReplica(i) }
 
 func (h *hubTarget) stop() {
 	for _, r := range h.reps {

@@ -20,10 +20,10 @@ type target interface {
 	name() string
 	// start starts the server processes on new ports.
 	start() error
-	// crash ends the first process with SIGKILL; restart starts it again
-	// on the same ports; stop ends them all.
-	crash()
-	restart() error
+	// crash ends process i with SIGKILL; restart starts it again on the
+	// same ports; stop ends them all.
+	crash(i int)
+	restart(i int) error
 	stop()
 	// pids are the server processes, whose CPU and memory are summed.
 	pids() []int
