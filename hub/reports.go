@@ -86,8 +86,26 @@ func (r *reports) submit(p *report, commit func([]*report)) {
 
 // commitReports writes a batch in one transaction. A report refused on its
 // own (an unknown or revoked machine) fails alone; a failing store fails
-// the batch.
+// the batch. A batch the store keeps rolling back for conflicts with other
+// replicas' transactions is split in two, and each half committed on its
+// own: a large transaction on PostgreSQL conflicts more the more rows it
+// reads (its predicate locks grow from rows to pages to the table), and
+// failing it would send every agent in it away.
 func (h *Hub) commitReports(batch []*report) {
+	if err := h.commitBatch(batch); errors.Is(err, store.ErrContended) && len(batch) > 1 {
+		h.log.Warn("reports conflicted with other transactions past the store's retries; committing them in halves", "reports", len(batch), "err", err)
+		h.commitReports(batch[:len(batch)/2])
+		h.commitReports(batch[len(batch)/2:])
+		return
+	}
+	for _, p := range batch {
+		close(p.done)
+	}
+}
+
+// commitBatch writes batch in one transaction and sets each report's
+// outcome; the store's error is returned as well.
+func (h *Hub) commitBatch(batch []*report) error {
 	now := h.clk.Now()
 	// No caller's context: the batch is everyone's.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -113,8 +131,8 @@ func (h *Hub) commitReports(batch []*report) {
 			h.dropped.stale.Add(int64(p.stale))
 			h.dropped.trimmed.Add(int64(p.trimmed))
 		}
-		close(p.done)
 	}
+	return err
 }
 
 // recordOne writes one report within a batch's transaction. Only statuses

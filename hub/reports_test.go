@@ -101,3 +101,85 @@ func TestDetailIsBoundedAndStripped(t *testing.T) {
 		t.Errorf("stored detail of %d bytes with escapes: %q…", len(got), got[:min(len(got), 40)])
 	}
 }
+
+// contendedStore refuses, as contended, every write transaction that read
+// more than one machine: a store whose large transactions keep
+// conflicting with other replicas' past its retries.
+type contendedStore struct {
+	store.Store
+	refused atomic.Int64
+}
+
+type machineCountingTx struct {
+	store.Tx
+	read map[string]bool
+}
+
+func (t *machineCountingTx) Machine(id string) (store.Machine, error) {
+	t.read[id] = true
+	return t.Tx.Machine(id)
+}
+
+func (s *contendedStore) Update(ctx context.Context, fn func(store.Tx) error) error {
+	return s.Store.Update(ctx, func(tx store.Tx) error {
+		ct := &machineCountingTx{Tx: tx, read: map[string]bool{}}
+		if err := fn(ct); err != nil {
+			return err
+		}
+		if len(ct.read) > 1 {
+			s.refused.Add(1)
+			return fmt.Errorf("%w after 20 conflicting attempts: could not serialize access", store.ErrContended)
+		}
+		return nil
+	})
+}
+
+// A batch of reports the store keeps refusing for conflicts is committed
+// in smaller parts, down to one report: no agent is sent away for the
+// size of the batch it happened to join.
+func TestContendedReportBatchIsCommittedInParts(t *testing.T) {
+	h := newTestHub(t)
+	const n = 20
+	for i := range n {
+		h.machine(fmt.Sprintf("m-%d", i))
+	}
+	g := &gatedStore{Store: &contendedStore{Store: h.st}, gate: make(chan struct{})}
+	h.store = g
+
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		id := fmt.Sprintf("m-%d", i)
+		wg.Go(func() {
+			_, errs[i] = h.Sync(context.Background(), id, &protocol.SyncRequest{ProtocolVersion: protocol.Version, AgentVersion: "v-split"})
+		})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h.reports.mu.Lock()
+		queued := len(h.reports.queue)
+		h.reports.mu.Unlock()
+		if queued == n-1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d reports queued", queued)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(g.gate)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("machine m-%d: %v", i, err)
+		}
+	}
+	if refused := g.Store.(*contendedStore).refused.Load(); refused == 0 {
+		t.Errorf("no batch was refused: the test did not contend")
+	}
+	for i := range n {
+		if got := h.machineRow(fmt.Sprintf("m-%d", i)).AgentVersion; got != "v-split" {
+			t.Errorf("m-%d: agent version %q stored, want v-split", i, got)
+		}
+	}
+}

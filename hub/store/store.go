@@ -16,6 +16,10 @@ import (
 var (
 	ErrNotFound = errors.New("not found")
 	ErrExists   = errors.New("already exists")
+	// ErrContended is an Update the database kept rolling back for
+	// conflicts with other transactions, past the implementation's
+	// retries. A smaller transaction may go through where it did not.
+	ErrContended = errors.New("store: gave up")
 )
 
 // Store is a transactional store. Every change that alters a machine's

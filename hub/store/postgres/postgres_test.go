@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/hub/store/sqlstore"
 	"einsora.dev/edge/hub/store/storetest"
 )
 
@@ -132,6 +133,29 @@ func TestSerializationFailureIsRetried(t *testing.T) {
 	must(t, err)
 	if attempts != 2 || gen != 2 {
 		t.Errorf("got %d attempts and generation %d, want 2 and 2", attempts, gen)
+	}
+}
+
+// A transaction that conflicts on every attempt is given up after
+// sqlstore.MaxAttempts and said to be contended, so the caller can make it
+// smaller.
+func TestConflictPastTheRetriesIsContended(t *testing.T) {
+	dsn := testDSN(t)
+	a, b := open(t, dsn), open(t, dsn)
+	ctx := context.Background()
+	must(t, a.Update(ctx, func(tx store.Tx) error { return tx.PutMachine(store.Machine{ID: "m-1"}) }))
+	attempts := 0
+	err := a.Update(ctx, func(tx store.Tx) error {
+		attempts++
+		if _, err := tx.Machine("m-1"); err != nil {
+			return err
+		}
+		must(t, b.Update(ctx, func(tx store.Tx) error { _, err := tx.BumpGeneration("m-1"); return err }))
+		_, err := tx.BumpGeneration("m-1")
+		return err
+	})
+	if !errors.Is(err, store.ErrContended) || attempts != sqlstore.MaxAttempts {
+		t.Errorf("got %v after %d attempts, want store.ErrContended after %d", err, attempts, sqlstore.MaxAttempts)
 	}
 }
 

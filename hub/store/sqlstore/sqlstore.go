@@ -123,7 +123,7 @@ func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
 			return err
 		}
 		if attempt == MaxAttempts {
-			return fmt.Errorf("store: gave up after %d conflicting attempts: %w", attempt, err)
+			return fmt.Errorf("%w after %d conflicting attempts: %w", store.ErrContended, attempt, err)
 		}
 		pause := time.Duration(rand.Int64N(int64(min(retryCap, retryBase<<(attempt-1))) + 1))
 		select {
