@@ -26,6 +26,9 @@ type Config struct {
 	Logger *slog.Logger
 	// PollTimeout is how long a sync is held when nothing changed.
 	PollTimeout time.Duration
+	// ReportBatch is the most agents' reports written in one transaction
+	// (see reports); 0 is as many as are waiting.
+	ReportBatch int
 	// OfflineAfter is how long a machine may be silent and still be
 	// offered for placement.
 	OfflineAfter time.Duration
@@ -205,6 +208,7 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 		cfg:     cfg,
 		drivers: placement.DriverTable(cfg.Drivers),
 		polls:   polls{waiting: make(map[string]*poll)},
+		reports: reports{limit: cfg.ReportBatch},
 		started: cfg.Clock.Now(),
 	}
 	h.feed = newPresenceFeed(touchEvery(cfg.OfflineAfter))

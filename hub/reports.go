@@ -29,9 +29,13 @@ func (h *Hub) record(machineID string, req *protocol.SyncRequest) (gen int64, ne
 // reports batches the sync path's writes: the reports that arrive while one
 // batch commits make up the next, so a thousand agents reporting at once
 // (after a hub restart, say) cost a handful of transactions, not a thousand.
+// A store whose transactions conflict the more rows they read (PostgreSQL,
+// postgres.WriteBatch) is given batches of at most limit.
 // There is no goroutine of its own: the first caller of a batch commits it,
 // then hands the lead to the first caller waiting.
 type reports struct {
+	// limit is the most reports a batch takes; 0 is all that wait.
+	limit int
 	// mu guards the following fields.
 	mu      sync.Mutex
 	queue   []*report
@@ -71,8 +75,15 @@ func (r *reports) submit(p *report, commit func([]*report)) {
 		}
 	}
 	r.mu.Lock()
-	batch := r.queue
-	r.queue = nil
+	n := len(r.queue)
+	if r.limit > 0 {
+		n = min(n, r.limit)
+	}
+	// Capped, so that reports queued meanwhile never write into it.
+	batch := r.queue[:n:n]
+	if r.queue = r.queue[n:]; len(r.queue) == 0 {
+		r.queue = nil
+	}
 	r.mu.Unlock()
 	commit(batch)
 	r.mu.Lock()

@@ -4,13 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/hub/store/sqlite"
 	"einsora.dev/edge/protocol"
 )
 
@@ -27,6 +33,24 @@ func (g *gatedStore) Update(ctx context.Context, fn func(store.Tx) error) error 
 		<-g.gate
 	}
 	return g.Store.Update(ctx, fn)
+}
+
+// waitQueued waits until n reports wait behind the batch committing.
+func waitQueued(t *testing.T, h *Hub, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h.reports.mu.Lock()
+		queued := len(h.reports.queue)
+		h.reports.mu.Unlock()
+		if queued == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d reports queued", queued)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // Reports arriving together are written in one transaction, and a report
@@ -50,19 +74,7 @@ func TestReportsAreGroupCommitted(t *testing.T) {
 		})
 	}
 	// The first report's transaction is held; the rest queue behind it.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		h.reports.mu.Lock()
-		queued := len(h.reports.queue)
-		h.reports.mu.Unlock()
-		if queued == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d reports queued", queued)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(t, h.Hub, n)
 	close(g.gate)
 	wg.Wait()
 	for i, err := range errs {
@@ -154,19 +166,7 @@ func TestContendedReportBatchIsCommittedInParts(t *testing.T) {
 			_, errs[i] = h.Sync(context.Background(), id, &protocol.SyncRequest{ProtocolVersion: protocol.Version, AgentVersion: "v-split"})
 		})
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		h.reports.mu.Lock()
-		queued := len(h.reports.queue)
-		h.reports.mu.Unlock()
-		if queued == n-1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d reports queued", queued)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(t, h.Hub, n-1)
 	close(g.gate)
 	wg.Wait()
 	for i, err := range errs {
@@ -181,5 +181,73 @@ func TestContendedReportBatchIsCommittedInParts(t *testing.T) {
 		if got := h.machineRow(fmt.Sprintf("m-%d", i)).AgentVersion; got != "v-split" {
 			t.Errorf("m-%d: agent version %q stored, want v-split", i, got)
 		}
+	}
+}
+
+// machinesPerUpdate records how many machines each write transaction read.
+type machinesPerUpdate struct {
+	store.Store
+	mu   sync.Mutex
+	read []int
+}
+
+func (s *machinesPerUpdate) Update(ctx context.Context, fn func(store.Tx) error) error {
+	var n int
+	err := s.Store.Update(ctx, func(tx store.Tx) error {
+		ct := &machineCountingTx{Tx: tx, read: map[string]bool{}}
+		err := fn(ct)
+		n = len(ct.read)
+		return err
+	})
+	s.mu.Lock()
+	s.read = append(s.read, n)
+	s.mu.Unlock()
+	return err
+}
+
+// With a report batch limit (PostgreSQL's), the reports waiting are written
+// in transactions of at most that many machines, every one of them.
+func TestReportBatchesKeepToTheirLimit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hub.db")
+	st, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	clk := clock.NewFake(epoch)
+	hh, err := New(context.Background(), Config{AllowSim: true, Store: st, Clock: clk, ReportBatch: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &testHub{Hub: hh, t: t, clk: clk, path: path, st: st}
+	const n = 19
+	for i := range n {
+		h.machine(fmt.Sprintf("m-%d", i))
+	}
+	counted := &machinesPerUpdate{Store: st}
+	g := &gatedStore{Store: counted, gate: make(chan struct{})}
+	h.store = g
+
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = h.Sync(context.Background(), fmt.Sprintf("m-%d", i), &protocol.SyncRequest{ProtocolVersion: protocol.Version, AgentVersion: "v-batched"})
+		})
+	}
+	waitQueued(t, h.Hub, n-1)
+	close(g.gate)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("machine m-%d: %v", i, err)
+		}
+		if got := h.machineRow(fmt.Sprintf("m-%d", i)).AgentVersion; got != "v-batched" {
+			t.Errorf("m-%d: agent version %q stored, want v-batched", i, got)
+		}
+	}
+	// The first alone (held at the gate), then 18 in batches of 4.
+	if want := []int{1, 4, 4, 4, 4, 2}; !slices.Equal(counted.read, want) {
+		t.Errorf("machines per write transaction %v, want %v", counted.read, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub/metrics"
 	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/hub/store/postgres"
 )
 
 // wakerStore stands for the PostgreSQL store: a store that also carries
@@ -60,5 +61,19 @@ func TestTimedStoreKeepsReplicaWakeups(t *testing.T) {
 	}
 	if _, ok := timeStore(struct{ store.Store }{}, m, clock.Real{}).(replicaWaker); ok {
 		t.Error("a store without wake-ups gained them")
+	}
+}
+
+// On PostgreSQL the hub writes agents' reports in batches the database's
+// conflict checks keep fine-grained; on SQLite, all that wait at once.
+func TestReportBatchFollowsTheStore(t *testing.T) {
+	for storeURL, want := range map[string]int{
+		"":                            0,
+		"postgres://hub@db/einsora":   postgres.WriteBatch,
+		"postgresql://hub@db/einsora": postgres.WriteBatch,
+	} {
+		if got := reportBatch(storeURL); got != want {
+			t.Errorf("reportBatch(%q) = %d, want %d", storeURL, got, want)
+		}
 	}
 }

@@ -126,6 +126,7 @@ func Run(ctx context.Context, opts Options) error {
 	hcfg.Store, hcfg.CA, hcfg.Region, hcfg.Regions, hcfg.Logger, hcfg.Clock = timeStore(st, m, clk), authority, opts.Region, opts.Regions, log, clk
 	hcfg.Metrics = m
 	hcfg.SecretKey = secretKey
+	hcfg.ReportBatch = reportBatch(opts.Store)
 	h, err := hub.New(ctx, hcfg)
 	if err != nil {
 		return errorf("%w", err)
@@ -328,6 +329,17 @@ func privateDir(dir string, log *slog.Logger) error {
 		log.Warn("narrowed the data directory to its owner", "data", dir, "was", fmt.Sprintf("%o", st.Mode().Perm()))
 	}
 	return nil
+}
+
+// reportBatch is the most agents' reports the hub writes in one
+// transaction on the store named by --store: on SQLite, all that wait
+// (one writer; a commit each is the cost), on PostgreSQL
+// postgres.WriteBatch.
+func reportBatch(storeURL string) int {
+	if storeURL == "" {
+		return 0
+	}
+	return postgres.WriteBatch
 }
 
 // openStore opens SQLite in the data directory, or PostgreSQL, through which

@@ -75,6 +75,16 @@ var _ store.Store = (*Store)(nil)
 // holds one more of its own.
 const MaxConns = 16
 
+// WriteBatch is the most machines a batch of writes (the hub's group commit
+// of agents' reports) should take in one transaction. PostgreSQL records a
+// serializable transaction's reads as predicate locks, and past
+// max_pred_locks_per_relation in one table (by default 32, half of
+// max_pred_locks_per_transaction) it locks the whole table: every
+// concurrent writer of that table then conflicts with it, and a batch of
+// hundreds of reports was rolled back again and again while other
+// replicas wrote (docs/performance.md, issue 13).
+const WriteBatch = 16
+
 // Open connects to the database named by dsn (a postgres:// URL or a
 // key=value string, as libpq reads them) and brings its schema up to
 // date. Several replicas may open one database at once.
