@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"einsora.dev/edge/hubclient"
@@ -375,11 +376,25 @@ func causeOf(err error) string {
 	case errors.As(err, &tr):
 		return "TLS refused (" + tr.Alert + ")"
 	case errors.As(err, &ne) && ne.Timeout():
-		return "timeout"
+		return "timeout" + opOf(err)
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		return "connection closed"
 	case errors.As(err, &ne):
-		return "network"
+		return "network" + opOf(err)
 	}
 	return "other"
+}
+
+// opOf names a network error's operation and errno, " (read: connection
+// reset by peer)", so a storm's failures tell a dial from a cut.
+func opOf(err error) string {
+	var oe *net.OpError
+	var errno syscall.Errno
+	switch {
+	case errors.As(err, &oe) && errors.As(err, &errno):
+		return " (" + oe.Op + ": " + errno.Error() + ")"
+	case errors.As(err, &oe):
+		return " (" + oe.Op + ")"
+	}
+	return ""
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -357,7 +358,11 @@ func TestCausesTallyFailedSyncsByKind(t *testing.T) {
 	}
 	c.add(fmt.Errorf("sync: %w", io.ErrUnexpectedEOF))
 	c.add(fmt.Errorf("sync: %w", &hubclient.TLSRefusedError{Alert: "bad certificate"}))
-	want := "HTTP 503 3, TLS refused (bad certificate) 1, connection closed 1"
+	for range 2 {
+		c.add(fmt.Errorf("sync: %w", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}))
+	}
+	c.add(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)})
+	want := "HTTP 503 3, network (read: connection reset by peer) 2, TLS refused (bad certificate) 1, connection closed 1, network (dial: connection refused) 1"
 	if got := c.take(); got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
