@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"sync"
@@ -35,8 +36,11 @@ type presenceFeed struct {
 	written map[string]time.Time
 	// inflight is when the batch being written began; zero when none.
 	inflight time.Time
-	// failing is set while the last batch failed.
-	failing bool
+	// failing is set while the last batch failed for the store's sake
+	// (unreachable, refusing); lagging while it was rolled back for
+	// conflicts with other replicas' transactions past the store's
+	// retries: the store answers, but this replica's presence is behind.
+	failing, lagging bool
 }
 
 // touchEvery is how often a replica writes its presence batch: a third
@@ -106,7 +110,8 @@ func (f *presenceFeed) begin(now time.Time, held map[string]time.Time) map[time.
 func (f *presenceFeed) end(batch map[time.Time][]string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.inflight, f.failing = time.Time{}, err != nil
+	contended := errors.Is(err, store.ErrContended)
+	f.inflight, f.failing, f.lagging = time.Time{}, err != nil && !contended, contended
 	if err == nil {
 		for at, ids := range batch {
 			for _, id := range ids {
@@ -127,16 +132,18 @@ func (f *presenceFeed) end(batch map[time.Time][]string, err error) {
 }
 
 // stale reports whether this replica's own presence writes lag at now:
-// its last batch failed, or one has been in flight for longer than a
-// batch interval (an overloaded or cut-off store). The last syncs it
-// reads may then be the hub's backlog, not the machines' silence.
+// its last batch failed or was contended, or one has been in flight for
+// longer than a batch interval (an overloaded or cut-off store). The last
+// syncs it reads may then be the hub's backlog, not the machines' silence.
 func (f *presenceFeed) stale(now time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.failing || !f.inflight.IsZero() && now.Sub(f.inflight) > f.every
+	return f.failing || f.lagging || !f.inflight.IsZero() && now.Sub(f.inflight) > f.every
 }
 
-// failingNow reports whether the last batch failed.
+// failingNow reports whether the last batch failed for the store's sake: a
+// batch rolled back for conflicts says the store answers, and its agents
+// are better kept than sent to replicas that share it.
 func (f *presenceFeed) failingNow() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -155,6 +162,10 @@ func (h *Hub) touchLoop(ctx context.Context) {
 		case <-t.C():
 		}
 		err := h.touch(ctx)
+		if errors.Is(err, store.ErrContended) && ctx.Err() == nil {
+			h.log.Warn("this replica's presence batch conflicted with other transactions past the store's retries; its machines go in the next batch, and none is failed for being offline meanwhile", "err", err)
+			err = nil // the store answered
+		}
 		switch {
 		case err != nil && !failing && ctx.Err() == nil:
 			h.log.Error("cannot write this replica's presence batch; no machine is failed for being offline until it can, and the polls held here are answered so their agents reconnect", "err", err)
@@ -172,22 +183,59 @@ func (h *Hub) touchLoop(ctx context.Context) {
 
 // touch writes one presence batch: the machines whose polls this replica
 // holds now, as of their connections' last sign of life, and those it
-// heard from quietly since the last batch.
+// heard from quietly since the last batch. With a write batch limit
+// (Config.WriteBatch: PostgreSQL's), it takes a transaction per so many
+// machines, so that none conflicts with the whole table.
 func (h *Hub) touch(ctx context.Context) error {
 	now := h.clk.Now()
 	batch := h.feed.begin(now, h.polls.heardAll(now))
+	tctx, cancel := context.WithTimeout(ctx, h.feed.every)
+	defer cancel()
+	var err error
 	// Even an empty batch commits: it is also this replica's probe of
 	// its store (Ready, and Sync refusing at once while it fails).
-	tctx, cancel := context.WithTimeout(ctx, h.feed.every)
-	err := h.store.Update(tctx, func(tx store.Tx) error {
-		for _, at := range slices.SortedFunc(maps.Keys(batch), time.Time.Compare) {
-			if err := tx.TouchMachines(batch[at], at); err != nil {
-				return err
+	for _, part := range touchParts(batch, h.reports.limit) {
+		if err = h.store.Update(tctx, func(tx store.Tx) error {
+			for _, g := range part {
+				if err := tx.TouchMachines(g.ids, g.at); err != nil {
+					return err
+				}
 			}
+			return nil
+		}); err != nil {
+			break
 		}
-		return nil
-	})
-	cancel()
+	}
 	h.feed.end(batch, err)
 	return err
+}
+
+// touchGroup is machines heard last at one time.
+type touchGroup struct {
+	at  time.Time
+	ids []string
+}
+
+// touchParts splits a presence batch into transactions of at most limit
+// machines (0: one for all), in time order; there is always one.
+func touchParts(batch map[time.Time][]string, limit int) [][]touchGroup {
+	parts := [][]touchGroup{nil}
+	room := limit
+	for _, at := range slices.SortedFunc(maps.Keys(batch), time.Time.Compare) {
+		ids := batch[at]
+		for len(ids) > 0 {
+			if limit > 0 && room == 0 {
+				parts, room = append(parts, nil), limit
+			}
+			n := len(ids)
+			if limit > 0 {
+				n = min(n, room)
+				room -= n
+			}
+			last := len(parts) - 1
+			parts[last] = append(parts[last], touchGroup{at: at, ids: ids[:n:n]})
+			ids = ids[n:]
+		}
+	}
+	return parts
 }

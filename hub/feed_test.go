@@ -3,6 +3,8 @@ package hub
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -262,5 +264,110 @@ func TestPresenceBatchWritesAHeldPollsSignOfLifeOnlyWhenItMoved(t *testing.T) {
 	step(t0.Add(91*time.Second), nil)
 	if len(f.written) != len(held) {
 		t.Errorf("%d polls held, %d remembered: the polls no longer held must be forgotten", len(held), len(f.written))
+	}
+}
+
+// touchesPerUpdate records the machines each write transaction touched.
+type touchesPerUpdate struct {
+	store.Store
+	touched []int
+	// contended makes every Update roll back as contended.
+	contended bool
+}
+
+type touchCountingTx struct {
+	store.Tx
+	n *int
+}
+
+func (t touchCountingTx) TouchMachines(ids []string, at time.Time) error {
+	*t.n += len(ids)
+	return t.Tx.TouchMachines(ids, at)
+}
+
+func (s *touchesPerUpdate) Update(ctx context.Context, fn func(tx store.Tx) error) error {
+	n := 0
+	err := s.Store.Update(ctx, func(tx store.Tx) error {
+		if err := fn(touchCountingTx{tx, &n}); err != nil {
+			return err
+		}
+		if s.contended {
+			return fmt.Errorf("%w after 20 conflicting attempts: touch %d machines", store.ErrContended, n)
+		}
+		return nil
+	})
+	s.touched = append(s.touched, n)
+	return err
+}
+
+// With a write batch limit (PostgreSQL's), the presence batch takes a
+// transaction per so many machines, and every machine heard is written.
+func TestPresenceBatchKeepsToTheWriteLimit(t *testing.T) {
+	h := newTestHub(t)
+	h.reports.limit = 4
+	counted := &touchesPerUpdate{Store: h.st}
+	h.store = counted
+	for i := range 10 {
+		id := fmt.Sprintf("m-%d", i)
+		h.machine(id)
+		// Heard at two times: two groups, split across transactions.
+		h.feed.note(id, h.clk.Now().Add(time.Duration(i%2)*time.Second))
+	}
+	h.clk.Advance(2 * time.Second)
+	counted.touched = nil // the machines' enrolments
+	if err := h.touch(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{4, 4, 2}; !slices.Equal(counted.touched, want) {
+		t.Errorf("machines per presence transaction %v, want %v", counted.touched, want)
+	}
+	for i := range 10 {
+		id := fmt.Sprintf("m-%d", i)
+		if got, want := h.machineRow(id).LastSync, epoch.Add(time.Duration(i%2)*time.Second); !got.Equal(want) {
+			t.Errorf("%s: last sync %v, want %v", id, got, want)
+		}
+	}
+	// Nothing heard: still one transaction, the replica's probe of its store.
+	counted.touched = nil
+	if err := h.touch(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{0}; !slices.Equal(counted.touched, want) {
+		t.Errorf("an empty presence batch took %v transactions, want %v", counted.touched, want)
+	}
+}
+
+// A presence batch rolled back for conflicts with other replicas' writes
+// says the store answers: the replica stays ready and keeps its polls (it
+// sent thousands of agents away as if cut off, at 10,000 agents on three
+// replicas), but fails nothing for being offline until a batch is written,
+// which then carries the machines heard.
+func TestContendedPresenceBatchKeepsTheReplicaReady(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	h.clk.Advance(h.feed.every) // past the start, when the hub is blind anyway
+	counted := &touchesPerUpdate{Store: h.st, contended: true}
+	h.store = counted
+	heard := h.clk.Now()
+	h.feed.note("m-1", heard)
+	if err := h.touch(context.Background()); !errors.Is(err, store.ErrContended) {
+		t.Fatalf("touch: %v, want store.ErrContended", err)
+	}
+	if err := h.Ready(context.Background()); err != nil {
+		t.Errorf("a replica whose presence batch was contended is not ready: %v", err)
+	}
+	if !h.presence.blind() {
+		t.Error("a replica whose presence batch was contended judges machines offline by what it could not write")
+	}
+	counted.contended = false
+	h.clk.Advance(time.Second)
+	if err := h.touch(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.machineRow("m-1").LastSync; !got.Equal(heard) {
+		t.Errorf("after the next batch, last sync %v, want %v (heard in the contended one)", got, heard)
+	}
+	if h.presence.blind() {
+		t.Error("still blind after a batch was written")
 	}
 }

@@ -26,9 +26,10 @@ type Config struct {
 	Logger *slog.Logger
 	// PollTimeout is how long a sync is held when nothing changed.
 	PollTimeout time.Duration
-	// ReportBatch is the most agents' reports written in one transaction
-	// (see reports); 0 is as many as are waiting.
-	ReportBatch int
+	// WriteBatch is the most machines a batch of writes takes in one
+	// transaction (agents' reports, reports; the presence batch, touch);
+	// 0 is all of them at once.
+	WriteBatch int
 	// OfflineAfter is how long a machine may be silent and still be
 	// offered for placement.
 	OfflineAfter time.Duration
@@ -208,7 +209,7 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 		cfg:     cfg,
 		drivers: placement.DriverTable(cfg.Drivers),
 		polls:   polls{waiting: make(map[string]*poll)},
-		reports: reports{limit: cfg.ReportBatch},
+		reports: reports{limit: cfg.WriteBatch},
 		started: cfg.Clock.Now(),
 	}
 	h.feed = newPresenceFeed(touchEvery(cfg.OfflineAfter))

@@ -215,7 +215,7 @@ func TestReportBatchesKeepToTheirLimit(t *testing.T) {
 	}
 	t.Cleanup(func() { st.Close() })
 	clk := clock.NewFake(epoch)
-	hh, err := New(context.Background(), Config{AllowSim: true, Store: st, Clock: clk, ReportBatch: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	hh, err := New(context.Background(), Config{AllowSim: true, Store: st, Clock: clk, WriteBatch: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

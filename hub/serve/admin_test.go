@@ -64,16 +64,16 @@ func TestTimedStoreKeepsReplicaWakeups(t *testing.T) {
 	}
 }
 
-// On PostgreSQL the hub writes agents' reports in batches the database's
-// conflict checks keep fine-grained; on SQLite, all that wait at once.
-func TestReportBatchFollowsTheStore(t *testing.T) {
+// On PostgreSQL the hub writes agents' reports and presence in batches the
+// database's conflict checks keep fine-grained; on SQLite, all at once.
+func TestWriteBatchFollowsTheStore(t *testing.T) {
 	for storeURL, want := range map[string]int{
 		"":                            0,
 		"postgres://hub@db/einsora":   postgres.WriteBatch,
 		"postgresql://hub@db/einsora": postgres.WriteBatch,
 	} {
-		if got := reportBatch(storeURL); got != want {
-			t.Errorf("reportBatch(%q) = %d, want %d", storeURL, got, want)
+		if got := writeBatch(storeURL); got != want {
+			t.Errorf("writeBatch(%q) = %d, want %d", storeURL, got, want)
 		}
 	}
 }

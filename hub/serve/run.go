@@ -126,7 +126,7 @@ func Run(ctx context.Context, opts Options) error {
 	hcfg.Store, hcfg.CA, hcfg.Region, hcfg.Regions, hcfg.Logger, hcfg.Clock = timeStore(st, m, clk), authority, opts.Region, opts.Regions, log, clk
 	hcfg.Metrics = m
 	hcfg.SecretKey = secretKey
-	hcfg.ReportBatch = reportBatch(opts.Store)
+	hcfg.WriteBatch = writeBatch(opts.Store)
 	h, err := hub.New(ctx, hcfg)
 	if err != nil {
 		return errorf("%w", err)
@@ -331,11 +331,11 @@ func privateDir(dir string, log *slog.Logger) error {
 	return nil
 }
 
-// reportBatch is the most agents' reports the hub writes in one
-// transaction on the store named by --store: on SQLite, all that wait
-// (one writer; a commit each is the cost), on PostgreSQL
-// postgres.WriteBatch.
-func reportBatch(storeURL string) int {
+// writeBatch is the most machines the hub's batches of writes (agents'
+// reports, the presence batch) take in one transaction on the store named
+// by --store: on SQLite, all of them (one writer; a commit each is the
+// cost), on PostgreSQL postgres.WriteBatch.
+func writeBatch(storeURL string) int {
 	if storeURL == "" {
 		return 0
 	}

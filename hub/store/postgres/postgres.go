@@ -76,7 +76,7 @@ var _ store.Store = (*Store)(nil)
 const MaxConns = 16
 
 // WriteBatch is the most machines a batch of writes (the hub's group commit
-// of agents' reports) should take in one transaction. PostgreSQL records a
+// of agents' reports, its presence batch) should take in one transaction. PostgreSQL records a
 // serializable transaction's reads as predicate locks, and past
 // max_pred_locks_per_relation in one table (by default 32, half of
 // max_pred_locks_per_transaction) it locks the whole table: every
