@@ -580,7 +580,7 @@ func printTable(w io.Writer, n int, cols []column) {
 	})
 	restart := "kill -9 and restart, all agents syncing again"
 	if multi {
-		restart = "kill -9 and restart (of replicas: the first; its agents fail over), its agents syncing again"
+		restart = "kill -9 and restart (of replicas: the one holding the most agents; they fail over), its agents syncing again"
 	}
 	row(restart, dur(s, func(r result) time.Duration { return r.restart }))
 	row("connections per agent in that restart", func(r result) (string, float64, bool) {
