@@ -194,7 +194,7 @@ func (h *Hub) touch(ctx context.Context) error {
 	var err error
 	// Even an empty batch commits: it is also this replica's probe of
 	// its store (Ready, and Sync refusing at once while it fails).
-	for _, part := range touchParts(batch, h.reports.limit) {
+	for _, part := range touchParts(batch, h.cfg.WriteBatch) {
 		if err = h.store.Update(tctx, func(tx store.Tx) error {
 			for _, g := range part {
 				if err := tx.TouchMachines(g.ids, g.at); err != nil {

@@ -304,7 +304,7 @@ func (s *touchesPerUpdate) Update(ctx context.Context, fn func(tx store.Tx) erro
 // transaction per so many machines, and every machine heard is written.
 func TestPresenceBatchKeepsToTheWriteLimit(t *testing.T) {
 	h := newTestHub(t)
-	h.reports.limit = 4
+	h.cfg.WriteBatch = 4
 	counted := &touchesPerUpdate{Store: h.st}
 	h.store = counted
 	for i := range 10 {
