@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -14,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub/store"
-	"einsora.dev/edge/hub/store/sqlite"
 	"einsora.dev/edge/protocol"
 )
 
@@ -152,29 +147,13 @@ func (s *contendedStore) Update(ctx context.Context, fn func(store.Tx) error) er
 func TestContendedReportBatchIsCommittedInParts(t *testing.T) {
 	h := newTestHub(t)
 	const n = 20
-	for i := range n {
-		h.machine(fmt.Sprintf("m-%d", i))
-	}
-	g := &gatedStore{Store: &contendedStore{Store: h.st}, gate: make(chan struct{})}
-	h.store = g
-
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		id := fmt.Sprintf("m-%d", i)
-		wg.Go(func() {
-			_, errs[i] = h.Sync(context.Background(), id, &protocol.SyncRequest{ProtocolVersion: protocol.Version, AgentVersion: "v-split"})
-		})
-	}
-	waitQueued(t, h.Hub, n-1)
-	close(g.gate)
-	wg.Wait()
-	for i, err := range errs {
+	contended := &contendedStore{Store: h.st}
+	for i, err := range syncBehindGate(t, h, contended, n, "v-split") {
 		if err != nil {
 			t.Errorf("machine m-%d: %v", i, err)
 		}
 	}
-	if refused := g.Store.(*contendedStore).refused.Load(); refused == 0 {
+	if refused := contended.refused.Load(); refused == 0 {
 		t.Errorf("no batch was refused: the test did not contend")
 	}
 	for i := range n {
@@ -182,6 +161,29 @@ func TestContendedReportBatchIsCommittedInParts(t *testing.T) {
 			t.Errorf("m-%d: agent version %q stored, want v-split", i, got)
 		}
 	}
+}
+
+// syncBehindGate registers machines m-0 to m-(n-1), then syncs each once
+// with agent version v through st, the first sync's transaction held until
+// the others queue behind it, and returns their errors.
+func syncBehindGate(t *testing.T, h *testHub, st store.Store, n int, v string) []error {
+	t.Helper()
+	for i := range n {
+		h.machine(fmt.Sprintf("m-%d", i))
+	}
+	g := &gatedStore{Store: st, gate: make(chan struct{})}
+	h.store = g
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = h.Sync(context.Background(), fmt.Sprintf("m-%d", i), &protocol.SyncRequest{ProtocolVersion: protocol.Version, AgentVersion: v})
+		})
+	}
+	waitQueued(t, h.Hub, n-1)
+	close(g.gate)
+	wg.Wait()
+	return errs
 }
 
 // machinesPerUpdate records how many machines each write transaction read.
@@ -208,37 +210,10 @@ func (s *machinesPerUpdate) Update(ctx context.Context, fn func(store.Tx) error)
 // With a report batch limit (PostgreSQL's), the reports waiting are written
 // in transactions of at most that many machines, every one of them.
 func TestReportBatchesKeepToTheirLimit(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "hub.db")
-	st, err := sqlite.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	clk := clock.NewFake(epoch)
-	hh, err := New(context.Background(), Config{AllowSim: true, Store: st, Clock: clk, WriteBatch: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &testHub{Hub: hh, t: t, clk: clk, path: path, st: st}
+	h := openTestHubWith(t, Config{WriteBatch: 4})
 	const n = 19
-	for i := range n {
-		h.machine(fmt.Sprintf("m-%d", i))
-	}
-	counted := &machinesPerUpdate{Store: st}
-	g := &gatedStore{Store: counted, gate: make(chan struct{})}
-	h.store = g
-
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			_, errs[i] = h.Sync(context.Background(), fmt.Sprintf("m-%d", i), &protocol.SyncRequest{ProtocolVersion: protocol.Version, AgentVersion: "v-batched"})
-		})
-	}
-	waitQueued(t, h.Hub, n-1)
-	close(g.gate)
-	wg.Wait()
-	for i, err := range errs {
+	counted := &machinesPerUpdate{Store: h.st}
+	for i, err := range syncBehindGate(t, h, counted, n, "v-batched") {
 		if err != nil {
 			t.Errorf("machine m-%d: %v", i, err)
 		}

@@ -109,27 +109,39 @@ func TestOrderIsByBytes(t *testing.T) {
 	}))
 }
 
-// A transaction whose read another replica's commit made stale fails to
-// serialise, and Update runs it again, which then succeeds.
-func TestSerializationFailureIsRetried(t *testing.T) {
+// bumpAgainstAnother bumps m-1's generation in an Update on one replica
+// that reads the row first; on the attempts conflict names, another replica
+// commits a bump of the same row in between, so that attempt fails to
+// serialise. wrap hides the failure behind an error of fn's own. It
+// returns the attempts made, the generation the last one bumped to, and
+// Update's error.
+func bumpAgainstAnother(t *testing.T, conflict func(attempt int) bool, wrap bool) (attempts int, gen int64, err error) {
+	t.Helper()
 	dsn := testDSN(t)
 	a, b := open(t, dsn), open(t, dsn)
 	ctx := context.Background()
 	must(t, a.Update(ctx, func(tx store.Tx) error { return tx.PutMachine(store.Machine{ID: "m-1"}) }))
-	attempts := 0
-	var gen int64
-	err := a.Update(ctx, func(tx store.Tx) (err error) {
+	err = a.Update(ctx, func(tx store.Tx) error {
 		attempts++
 		if _, err := tx.Machine("m-1"); err != nil {
 			return err
 		}
-		if attempts == 1 {
-			// Another replica commits a change to the row read above.
+		if conflict(attempts) {
 			must(t, b.Update(ctx, func(tx store.Tx) error { _, err := tx.BumpGeneration("m-1"); return err }))
 		}
-		gen, err = tx.BumpGeneration("m-1")
+		var err error
+		if gen, err = tx.BumpGeneration("m-1"); err != nil && wrap {
+			return errors.New("could not bump")
+		}
 		return err
 	})
+	return attempts, gen, err
+}
+
+// A transaction whose read another replica's commit made stale fails to
+// serialise, and Update runs it again, which then succeeds.
+func TestSerializationFailureIsRetried(t *testing.T) {
+	attempts, gen, err := bumpAgainstAnother(t, func(attempt int) bool { return attempt == 1 }, false)
 	must(t, err)
 	if attempts != 2 || gen != 2 {
 		t.Errorf("got %d attempts and generation %d, want 2 and 2", attempts, gen)
@@ -140,20 +152,7 @@ func TestSerializationFailureIsRetried(t *testing.T) {
 // sqlstore.MaxAttempts and said to be contended, so the caller can make it
 // smaller.
 func TestConflictPastTheRetriesIsContended(t *testing.T) {
-	dsn := testDSN(t)
-	a, b := open(t, dsn), open(t, dsn)
-	ctx := context.Background()
-	must(t, a.Update(ctx, func(tx store.Tx) error { return tx.PutMachine(store.Machine{ID: "m-1"}) }))
-	attempts := 0
-	err := a.Update(ctx, func(tx store.Tx) error {
-		attempts++
-		if _, err := tx.Machine("m-1"); err != nil {
-			return err
-		}
-		must(t, b.Update(ctx, func(tx store.Tx) error { _, err := tx.BumpGeneration("m-1"); return err }))
-		_, err := tx.BumpGeneration("m-1")
-		return err
-	})
+	attempts, _, err := bumpAgainstAnother(t, func(int) bool { return true }, false)
 	if !errors.Is(err, store.ErrContended) || attempts != sqlstore.MaxAttempts {
 		t.Errorf("got %v after %d attempts, want store.ErrContended after %d", err, attempts, sqlstore.MaxAttempts)
 	}
@@ -162,24 +161,7 @@ func TestConflictPastTheRetriesIsContended(t *testing.T) {
 // fn is retried even when it hides the serialisation failure behind an
 // error of its own.
 func TestRetryWhenFnReplacesTheError(t *testing.T) {
-	dsn := testDSN(t)
-	a, b := open(t, dsn), open(t, dsn)
-	ctx := context.Background()
-	must(t, a.Update(ctx, func(tx store.Tx) error { return tx.PutMachine(store.Machine{ID: "m-1"}) }))
-	attempts := 0
-	err := a.Update(ctx, func(tx store.Tx) error {
-		attempts++
-		if _, err := tx.Machine("m-1"); err != nil {
-			return err
-		}
-		if attempts == 1 {
-			must(t, b.Update(ctx, func(tx store.Tx) error { _, err := tx.BumpGeneration("m-1"); return err }))
-		}
-		if _, err := tx.BumpGeneration("m-1"); err != nil {
-			return errors.New("could not bump")
-		}
-		return nil
-	})
+	attempts, _, err := bumpAgainstAnother(t, func(attempt int) bool { return attempt == 1 }, true)
 	if err != nil || attempts != 2 {
 		t.Errorf("got %v after %d attempts, want success after 2", err, attempts)
 	}
