@@ -162,11 +162,11 @@ func (h *Hub) touchLoop(ctx context.Context) {
 		case <-t.C():
 		}
 		err := h.touch(ctx)
-		if errors.Is(err, store.ErrContended) && ctx.Err() == nil {
-			h.log.Warn("this replica's presence batch conflicted with other transactions past the store's retries; its machines go in the next batch, and none is failed for being offline meanwhile", "err", err)
-			err = nil // the store answered
-		}
+		// Contended: the store answered, so the polls stay held here.
+		contended := errors.Is(err, store.ErrContended)
 		switch {
+		case contended && ctx.Err() == nil:
+			h.log.Warn("this replica's presence batch conflicted with other transactions past the store's retries; its machines go in the next batch, and none is failed for being offline meanwhile", "err", err)
 		case err != nil && !failing && ctx.Err() == nil:
 			h.log.Error("cannot write this replica's presence batch; no machine is failed for being offline until it can, and the polls held here are answered so their agents reconnect", "err", err)
 			// Each poll answered re-reads the store: failing, its agent
@@ -176,7 +176,7 @@ func (h *Hub) touchLoop(ctx context.Context) {
 		case err == nil && failing:
 			h.log.Info("presence batch written again")
 		}
-		failing = err != nil
+		failing = err != nil && !contended
 		t.Reset(h.feed.every)
 	}
 }

@@ -27,8 +27,8 @@ type Config struct {
 	// PollTimeout is how long a sync is held when nothing changed.
 	PollTimeout time.Duration
 	// WriteBatch is the most machines a batch of writes takes in one
-	// transaction (agents' reports, reports; the presence batch, touch);
-	// 0 is all of them at once.
+	// transaction: the group commit of agents' reports (reports) and the
+	// presence batch (touch). 0 is all of them at once.
 	WriteBatch int
 	// OfflineAfter is how long a machine may be silent and still be
 	// offered for placement.
