@@ -61,6 +61,7 @@ func startProcess(cmd *exec.Cmd, logPath, marker string) (*process, string, erro
 		return nil, "", err
 	}
 	cmd.Stderr = logf
+	cmd.SysProcAttr = serverProcAttr()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		logf.Close()
