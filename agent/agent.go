@@ -392,12 +392,8 @@ func ReadStatus(dir string) (Status, error) {
 		}
 	}
 	slices.SortFunc(st.Workloads, func(x, y WorkloadStatus) int { return strings.Compare(x.ID, y.ID) })
-	fl := flock.New(filepath.Join(dir, lockFile))
-	if ok, err := fl.TryLock(); err == nil {
-		if ok {
-			fl.Unlock()
-		}
-		st.Running = !ok
+	if running, err := probeRunning(dir); err == nil {
+		st.Running = running
 	}
 	return st, nil
 }

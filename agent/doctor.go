@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gofrs/flock"
-
 	"einsora.dev/edge/drivers"
 	"einsora.dev/edge/drivers/sim"
 	"einsora.dev/edge/protocol"
@@ -122,13 +120,11 @@ func checkMachineID(dir string) Check {
 
 func checkRunning(dir string) Check {
 	c := Check{Name: "agent running"}
-	fl := flock.New(filepath.Join(dir, lockFile))
-	ok, err := fl.TryLock()
+	running, err := probeRunning(dir)
 	switch {
 	case err != nil:
 		c.Verdict, c.Detail, c.Fix = Warn, "cannot read the lock: "+err.Error(), "run the doctor as the agent's user"
-	case ok:
-		fl.Unlock()
+	case !running:
 		c.Verdict, c.Detail, c.Fix = Warn, "no agent holds "+dir, "start the service (systemctl start einsora-agent, or brew services start einsora-agent)"
 	default:
 		holder, _ := os.ReadFile(filepath.Join(dir, lockFile))

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gofrs/flock"
 
@@ -28,14 +30,23 @@ const (
 // ErrLocked is returned when another agent holds the state directory.
 var ErrLocked = errors.New("another agent holds the state directory")
 
+// lockWait is how long an agent starting (or enrolling) waits for its state
+// lock: status and doctor take the lock, shared, for a moment to see whether
+// an agent runs (probeRunning), and an agent starting in that moment must
+// not take the probe for a second agent. A second agent holds the lock for
+// good, so this only delays its error.
+const lockWait = time.Second
+
 // lockState takes the OS lock that lets one agent run per state directory,
 // and writes this process's ID into the lock file so a second agent can say
 // who holds it. The lock is released by the OS if the process dies.
 func lockState(dir string) (*flock.Flock, error) {
 	path := filepath.Join(dir, lockFile)
 	fl := flock.New(path)
-	ok, err := fl.TryLock()
-	if err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), lockWait)
+	defer cancel()
+	ok, err := fl.TryLockContext(ctx, 10*time.Millisecond)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	if !ok {
@@ -54,6 +65,21 @@ func lockState(dir string) (*flock.Flock, error) {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	return fl, nil
+}
+
+// probeRunning reports whether an agent holds the state lock in dir. It
+// takes the lock shared, so two probes never see each other as an agent,
+// and lets go at once; an agent starting meanwhile waits (lockWait).
+func probeRunning(dir string) (bool, error) {
+	fl := flock.New(filepath.Join(dir, lockFile))
+	ok, err := fl.TryRLock()
+	if err != nil {
+		return false, err
+	}
+	if ok {
+		fl.Unlock()
+	}
+	return !ok, nil
 }
 
 // LoadMachineID returns the ID of the machine whose agent keeps its state
