@@ -152,8 +152,8 @@ type Tx interface {
 	// PutLease writes the named lease.
 	PutLease(l Lease) error
 
-	// PutReplica records that the replica at r.URL was seen at r.Seen,
-	// adding it or moving its time.
+	// PutReplica records that the replica at r.URL was seen at r.Seen
+	// holding r.Polls polls, adding it or moving its time and count.
 	PutReplica(r Replica) error
 	// Replicas returns at most limit replicas seen at or after since, in
 	// URL order.
@@ -164,10 +164,14 @@ type Tx interface {
 }
 
 // Replica is a hub replica that publishes its agents' URL (hub.Config.URL),
-// and when it last said it was alive.
+// when it last said it was alive, and how many polls it held then.
 type Replica struct {
 	URL  string
 	Seen time.Time
+	// Polls is how many agents' polls the replica held at Seen; -1 for
+	// a replica that does not say (a hub older than the count), which
+	// no replica sends agents to for its share.
+	Polls int
 }
 
 // ErrUsed is returned for a single-use token used before.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/hub/store/storetest"
@@ -98,5 +99,26 @@ func TestOldDatabaseUpgradesInPlace(t *testing.T) {
 	}
 	if err := s.View(ctx, func(tx store.Tx) error { w, err = tx.Workload("w-old"); return err }); err != nil || w.Spec.Env["A"] != "b" {
 		t.Fatalf("spec after upgrade: %+v, %v", w.Spec, err)
+	}
+}
+
+// A hub older than replicas.polls writes its row without a count: it reads
+// as -1, which no replica counts or sends agents to.
+func TestReplicaRowOfAnOlderHubSaysNothing(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "hub.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.writer.ExecContext(ctx, `INSERT INTO replicas (url, seen) VALUES ('https://old:1', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	var got []store.Replica
+	if err := s.View(ctx, func(tx store.Tx) (err error) { got, err = tx.Replicas(time.Time{}, 10); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Polls != -1 {
+		t.Fatalf("an older hub's row reads %+v, want polls -1", got)
 	}
 }

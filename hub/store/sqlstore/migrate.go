@@ -59,6 +59,10 @@ var migrations = []string{
 	// status is rewritten in place on each report, so the index is
 	// written only when a workload's first status is.
 	`CREATE INDEX statuses_workload ON statuses (workload);`,
+	// Replicas publish how many polls they hold, so that one holding
+	// more than its share sends some agents to the others (issue 13);
+	// -1: a hub older than the count, whose row says nothing.
+	`ALTER TABLE replicas ADD COLUMN polls BIGINT NOT NULL DEFAULT -1;`,
 }
 
 // migrationLock is the key of the advisory lock every migration

@@ -1012,13 +1012,13 @@ func (t *tx) PutLease(l store.Lease) error {
 }
 
 func (t *tx) PutReplica(r store.Replica) error {
-	_, err := t.exec(`INSERT INTO replicas (url, seen) VALUES (?, ?)
-		ON CONFLICT (url) DO UPDATE SET seen = excluded.seen`, r.URL, ts(r.Seen))
+	_, err := t.exec(`INSERT INTO replicas (url, seen, polls) VALUES (?, ?, ?)
+		ON CONFLICT (url) DO UPDATE SET seen = excluded.seen, polls = excluded.polls`, r.URL, ts(r.Seen), r.Polls)
 	return err
 }
 
 func (t *tx) Replicas(since time.Time, limit int) ([]store.Replica, error) {
-	rows, err := t.query(`SELECT url, seen FROM replicas WHERE seen >= ? ORDER BY url`+t.s.d.Collate+` LIMIT ?`, ts(since), limit)
+	rows, err := t.query(`SELECT url, seen, polls FROM replicas WHERE seen >= ? ORDER BY url`+t.s.d.Collate+` LIMIT ?`, ts(since), limit)
 	if err != nil {
 		return nil, err
 	}
@@ -1027,7 +1027,7 @@ func (t *tx) Replicas(since time.Time, limit int) ([]store.Replica, error) {
 	for rows.Next() {
 		var r store.Replica
 		var seen int64
-		if err := rows.Scan(&r.URL, &seen); err != nil {
+		if err := rows.Scan(&r.URL, &seen, &r.Polls); err != nil {
 			return nil, err
 		}
 		r.Seen = fromTS(seen)

@@ -46,16 +46,16 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 func testReplicas(t *testing.T, s store.Store) {
 	update(t, s, func(tx store.Tx) error {
 		for i, u := range []string{"https://b:1", "https://a:1", "https://c:1"} {
-			if err := tx.PutReplica(store.Replica{URL: u, Seen: at.Add(time.Duration(i) * time.Second)}); err != nil {
+			if err := tx.PutReplica(store.Replica{URL: u, Seen: at.Add(time.Duration(i) * time.Second), Polls: i}); err != nil {
 				return err
 			}
 		}
-		// Seen again: moved, not added.
-		return tx.PutReplica(store.Replica{URL: "https://b:1", Seen: at.Add(5 * time.Second)})
+		// Seen again: moved, not added, with its new count.
+		return tx.PutReplica(store.Replica{URL: "https://b:1", Seen: at.Add(5 * time.Second), Polls: 7})
 	})
 	view(t, s, func(tx store.Tx) error {
 		got, err := tx.Replicas(at.Add(2*time.Second), 10)
-		if err != nil || len(got) != 2 || got[0].URL != "https://b:1" || !got[0].Seen.Equal(at.Add(5*time.Second)) || got[1].URL != "https://c:1" {
+		if err != nil || len(got) != 2 || got[0].URL != "https://b:1" || !got[0].Seen.Equal(at.Add(5*time.Second)) || got[0].Polls != 7 || got[1].URL != "https://c:1" || got[1].Polls != 2 {
 			t.Errorf("live replicas: got %+v, %v; want b then c", got, err)
 		}
 		if got, err := tx.Replicas(time.Time{}, 2); err != nil || len(got) != 2 || got[0].URL != "https://a:1" {
