@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"einsora.dev/edge/clock"
@@ -137,6 +138,8 @@ type Hub struct {
 
 	// replicas is the live replicas' URLs, sent to agents (hubs.go).
 	replicas replicaList
+	// leaving is set when this replica drains (Leave).
+	leaving atomic.Bool
 }
 
 // New returns a hub over cfg.Store, seeding the default classes into a new

@@ -48,11 +48,14 @@ func (h *Hub) Hubs() []string {
 	return slices.Clone(urls)
 }
 
-// RefreshReplicas records this replica as alive (when it has a URL),
-// prunes those not heard of for ReplicaLive, and reads the live ones. Run
-// calls it every ReplicaRefresh; tests call it directly.
+// RefreshReplicas records this replica as alive (when it has a URL) with
+// the polls it holds, prunes those not heard of for ReplicaLive, reads the
+// live ones, and sends agents to those holding less when this one holds
+// more than its share (rebalance). Run calls it every ReplicaRefresh;
+// tests call it directly.
 func (h *Hub) RefreshReplicas(ctx context.Context) error {
 	now := h.clk.Now()
+	held := h.WaitingPolls()
 	var live []store.Replica
 	read := func(tx store.Tx) (err error) {
 		live, err = tx.Replicas(now.Add(-ReplicaLive), MaxReplicas)
@@ -75,7 +78,7 @@ func (h *Hub) RefreshReplicas(ctx context.Context) error {
 			}
 			if len(known) >= MaxReplicas && !slices.ContainsFunc(known, func(r store.Replica) bool { return r.URL == h.cfg.URL }) {
 				full = true
-			} else if err := tx.PutReplica(store.Replica{URL: h.cfg.URL, Seen: now}); err != nil {
+			} else if err := tx.PutReplica(store.Replica{URL: h.cfg.URL, Seen: now, Polls: h.published(held)}); err != nil {
 				return err
 			}
 			return read(tx)
@@ -103,7 +106,44 @@ func (h *Hub) RefreshReplicas(ctx context.Context) error {
 		urls = nil
 	}
 	h.replicas.set(urls)
+	if h.cfg.URL != "" && !h.leaving.Load() {
+		h.sendAway(rebalance(h.cfg.URL, held, freshOf(live, now)))
+	}
 	return nil
+}
+
+// published is the count this replica writes: none (-1) once it is
+// leaving. Read in the transaction, so a refresh that began before Leave
+// never writes a count after Leave's -1.
+func (h *Hub) published(held int) int {
+	if h.leaving.Load() {
+		return -1
+	}
+	return held
+}
+
+// freshOf is the replicas that said they were alive within two refreshes:
+// agents are sent only to those, not to one that stopped a while ago and
+// is not pruned yet.
+func freshOf(live []store.Replica, now time.Time) []store.Replica {
+	return slices.DeleteFunc(slices.Clone(live), func(r store.Replica) bool { return r.Seen.Before(now.Add(-2 * ReplicaRefresh)) })
+}
+
+// sendAway makes the moves rebalance chose.
+func (h *Hub) sendAway(moves []agentMove) {
+	for _, m := range moves {
+		if sent := h.polls.sendAway(m.n, m.url); sent > 0 {
+			h.log.Info("this replica holds more than its share of the fleet's polls; sending agents to a replica holding fewer", "agents", sent, "to", m.url)
+		}
+	}
+}
+
+// Leave tells the other replicas that this one is going (a drain): it
+// publishes no count from now on, so none sends it agents, and it sends
+// none itself. Its URL stays listed until it stops saying it is alive.
+func (h *Hub) Leave(ctx context.Context) error {
+	h.leaving.Store(true)
+	return h.RefreshReplicas(ctx)
 }
 
 // replicaLoop refreshes the registry every ReplicaRefresh until ctx is

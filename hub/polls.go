@@ -50,6 +50,8 @@ type poll struct {
 	// committed is when the change that woke it was committed, set
 	// under polls.mu; zero when woken for no one change (wakeEvery).
 	committed time.Time
+	// moveTo, set under polls.mu, is the replica sendAway woke it for.
+	moveTo string
 }
 
 // wait registers a poll of machineID, replacing the one waiting, and
@@ -97,6 +99,35 @@ func (p *polls) wake(machineID string, committed time.Time) {
 		close(w.wake)
 		delete(p.waiting, machineID)
 	}
+}
+
+// sendAway wakes up to n of the polls waiting on a connection (never the
+// in-process agent's) to move to the replica at url, and returns how many.
+// Which ones is left to the map's order: no agent is picked for good.
+func (p *polls) sendAway(n int, url string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sent := 0
+	for id, w := range p.waiting {
+		if sent >= n {
+			break
+		}
+		if w.heard == nil {
+			continue
+		}
+		w.moveTo = url
+		close(w.wake)
+		delete(p.waiting, id)
+		sent++
+	}
+	return sent
+}
+
+// movedTo is the replica sendAway woke w to move to; "" if it did not.
+func (p *polls) movedTo(w *poll) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return w.moveTo
 }
 
 // wakeEvery answers every waiting poll: after a replica's notifications

@@ -70,6 +70,11 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 			if h.polls.isSuperseded(w) {
 				return nil, fmt.Errorf("sync %s: %w", machineID, ErrSuperseded)
 			}
+			if to := h.polls.movedTo(w); to != "" {
+				// This replica holds more than its share (rebalance).
+				return &protocol.SyncResponse{StoreID: h.store.ID(), Generation: gen, Unchanged: true, HubTime: h.clk.Now(),
+					Reconnect: &protocol.Reconnect{URL: to}}, nil
+			}
 			woken = true
 		case <-t.C():
 			h.polls.held.Add(-1)

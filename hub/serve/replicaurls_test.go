@@ -137,3 +137,48 @@ func TestAgentLearnsAReplicaAndMovesToIt(t *testing.T) {
 		t.Errorf("the agent's enrolment names %s, want A %s still: it moved by what it learned", s.Hub, a.url)
 	}
 }
+
+// A draining replica tells the others it is going before it stops: its
+// registry row carries no count, so none of them sends it agents to even
+// out the fleet (hub.Leave).
+func TestDrainingReplicaPublishesNoCount(t *testing.T) {
+	dir := t.TempDir()
+	hubCA, err := ca.Open(ca.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "hub.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	r := startReplica(t, st, hubCA)
+	ctx := context.Background()
+	polls := func() int {
+		n := -2
+		st.View(ctx, func(tx store.Tx) error {
+			all, err := tx.Replicas(time.Time{}, hub.MaxReplicas)
+			for _, x := range all {
+				if x.URL == r.url {
+					n = x.Polls
+				}
+			}
+			return err
+		})
+		return n
+	}
+	if err := r.hub.RefreshReplicas(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := polls(); got != 0 {
+		t.Fatalf("a running replica published %d polls, want 0", got)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := r.srv.Drain(dctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := polls(); got != -1 {
+		t.Errorf("a drained replica published %d polls, want none (-1)", got)
+	}
+}

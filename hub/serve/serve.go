@@ -588,10 +588,19 @@ func (s *Server) Drain(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	s.log.Info("draining: directed reconnects sent to waiting agents", "polls", n, "to", s.drainTo)
+	// Beside the shutdown: a store that does not answer must not hold
+	// it up.
+	var left sync.WaitGroup
+	left.Go(func() {
+		if err := s.hub.Leave(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("draining: cannot tell the other replicas this one is going; they may send it agents until it stops saying it is alive", "err", err)
+		}
+	})
 	err := s.srv.Shutdown(ctx)
 	if err != nil {
 		s.srv.Close()
 	}
+	left.Wait()
 	return err
 }
 
