@@ -49,6 +49,11 @@ type Config struct {
 	Store string
 	// ConnectLimit bounds the cold connect and the restart; 0 is 10 min.
 	ConnectLimit time.Duration
+	// Rebalance, with Replicas, is how long after the restart the agents
+	// each replica holds are counted again: the agents the crash sent to
+	// the others are sent back to the restarted one in rounds of 10 s
+	// (docs/operations.md, "Replicas even out their agents"). 0 skips it.
+	Rebalance time.Duration
 	// HandshakeTimeout, when set, is the hubs' --handshake-timeout: the
 	// time a peer has for each of its turns in a TLS handshake. The
 	// bench's agents share the hub's cores, so past a few thousand at once
@@ -387,6 +392,11 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	r.errs = f.errs.Load()
 	fmt.Fprintf(cfg.Out, "  kill -9 and restart: its %d agents synced again (all but %d of the %d) after %s, %.2f connections per agent; failed syncs: %s\n",
 		hit, restartSlack(cfg.N), cfg.N, r.restart.Round(time.Millisecond), r.restartDials, f.causes.take())
+	if len(urls) > 1 && cfg.Rebalance > 0 {
+		fmt.Fprintf(cfg.Out, "  agents per replica just after the restart: %s\n", joinCounts(f.perReplica(urls)))
+		time.Sleep(cfg.Rebalance)
+		fmt.Fprintf(cfg.Out, "  agents per replica %s after the restart: %s; failed syncs: %s\n", cfg.Rebalance, joinCounts(f.perReplica(urls)), f.causes.take())
+	}
 	return r, nil
 }
 

@@ -36,6 +36,7 @@ func main() {
 	flag.IntVar(&cfg.Replicas, "replicas", 1, "above 1: also measure that many einsora-hub serve replicas on one PostgreSQL database, agents spread over them, and one hub on that database")
 	flag.StringVar(&cfg.Store, "store", "", "PostgreSQL URL (postgres://…) for the hubs, each run in a schema of its own; default with -replicas: a throwaway server from /usr/lib/postgresql/*/bin; else SQLite")
 	flag.DurationVar(&cfg.HandshakeTimeout, "handshake-timeout", 10*time.Second, "the hubs' --handshake-timeout (0: the hub's default, 2s): this process's agents share the hub's cores, so past a few thousand at once they answer a handshake later than real agents, each on its own CPU")
+	flag.DurationVar(&cfg.Rebalance, "rebalance", time.Minute, "with -replicas: how long after the restart the agents per replica are counted again, as the replicas even them out (0: not)")
 	flag.DurationVar(&cfg.ConnectLimit, "connect-limit", 10*time.Minute, "how long the cold connect and the restart may take (at most 1h)")
 	flag.Func("hub-flag", "one more flag for every hub of the run, not the baseline (repeat it: -hub-flag --reconnect-rate=1000)", func(v string) error {
 		cfg.HubFlags = append(cfg.HubFlags, v)
