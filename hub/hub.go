@@ -140,6 +140,9 @@ type Hub struct {
 	replicas replicaList
 	// leaving is set when this replica drains (Leave).
 	leaving atomic.Bool
+	// busy, when set (SetBusy), says whether this replica turned
+	// machines away for its own load lately.
+	busy atomic.Pointer[func() bool]
 }
 
 // New returns a hub over cfg.Store, seeding the default classes into a new

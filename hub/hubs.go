@@ -113,14 +113,25 @@ func (h *Hub) RefreshReplicas(ctx context.Context) error {
 }
 
 // published is the count this replica writes: none (-1) once it is
-// leaving. Read in the transaction, so a refresh that began before Leave
-// never writes a count after Leave's -1.
+// leaving, or while it is busy (SetBusy): its count is then low for its
+// load, not for want of agents, and agents sent to it would be turned
+// away again (a cold connect, a storm of failovers). Read in the
+// transaction, so a refresh that began before Leave never writes a count
+// after Leave's -1.
 func (h *Hub) published(held int) int {
 	if h.leaving.Load() {
 		return -1
 	}
+	if busy := h.busy.Load(); busy != nil && (*busy)() {
+		return -1
+	}
 	return held
 }
+
+// SetBusy gives the hub its server's word on load: busy reports whether
+// the server turned a machine's request or handshake away, or made it
+// wait, for its own load within the last ReplicaRefresh.
+func (h *Hub) SetBusy(busy func() bool) { h.busy.Store(&busy) }
 
 // freshOf is the replicas that said they were alive within two refreshes:
 // agents are sent only to those, not to one that stopped a while ago and

@@ -189,9 +189,9 @@ func TestReplicaHoldingMoreThanItsShareSendsAgentsToOneHoldingFewer(t *testing.T
 	}
 }
 
-// A leaving replica (draining) publishes no count, and goes on publishing
-// none: no replica sends it agents.
-func TestLeavingReplicaPublishesNoCount(t *testing.T) {
+// A busy replica (SetBusy) publishes no count while busy, and a leaving
+// one (draining) none from then on: no replica sends either agents.
+func TestLeavingOrBusyReplicaPublishesNoCount(t *testing.T) {
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "hub.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -216,6 +216,17 @@ func TestLeavingReplicaPublishesNoCount(t *testing.T) {
 	}
 	if got := count(bURL); got != 0 {
 		t.Fatalf("b published %d polls, want 0", got)
+	}
+	busy := true
+	b.SetBusy(func() bool { return busy })
+	refresh(t, b)
+	if got := count(bURL); got != -1 {
+		t.Errorf("a busy replica published %d polls, want none (-1)", got)
+	}
+	busy = false
+	refresh(t, b)
+	if got := count(bURL); got != 0 {
+		t.Errorf("a replica no longer busy published %d polls, want 0", got)
 	}
 	if err := b.Leave(context.Background()); err != nil {
 		t.Fatal(err)

@@ -521,13 +521,18 @@ func (l *countingListener) Accept() (net.Conn, error) {
 	}
 }
 
-// handshakeSlots bounds the TLS handshakes in flight. A ClientHello past
+// handshakeSlots bounds the TLS handshakes in flight; waitedAt (Unix
+// nanoseconds, by now) is when a handshake last found them all taken. A ClientHello past
 // the bound waits for a slot, first come first served (a channel's
 // senders queue in order), up to a bound.
-type handshakeSlots struct{ sem chan struct{} }
+type handshakeSlots struct {
+	sem      chan struct{}
+	now      func() time.Time
+	waitedAt atomic.Int64
+}
 
-func newHandshakeSlots(n int) *handshakeSlots {
-	return &handshakeSlots{sem: make(chan struct{}, max(n, 1))}
+func newHandshakeSlots(n int, now func() time.Time) *handshakeSlots {
+	return &handshakeSlots{sem: make(chan struct{}, max(n, 1)), now: now}
 }
 
 // take takes a slot, waiting up to wait for one.
@@ -537,6 +542,7 @@ func (h *handshakeSlots) take(wait time.Duration) bool {
 		return true
 	default:
 	}
+	h.waitedAt.Store(h.now().UnixNano())
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {

@@ -17,6 +17,7 @@ import (
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/ca"
+	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/hub/store/sqlite"
 )
 
@@ -51,6 +52,14 @@ func TestBucketsRefillAndForget(t *testing.T) {
 
 func testServer(t *testing.T, lim Limits) *Server {
 	t.Helper()
+	s, _ := testServerOf(t, lim, hub.Config{}, clock.Real{})
+	return s
+}
+
+// testServerOf is testServer over a hub of hcfg (its store, CA and logger
+// made here) and clk, with the store.
+func testServerOf(t *testing.T, lim Limits, hcfg hub.Config, clk clock.Clock) (*Server, store.Store) {
+	t.Helper()
 	dir := t.TempDir()
 	authority, err := ca.Open(ca.Options{Dir: dir})
 	if err != nil {
@@ -62,7 +71,8 @@ func testServer(t *testing.T, lim Limits) *Server {
 	}
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	h, err := hub.New(context.Background(), hub.Config{AllowSim: true, Store: st, CA: authority, Logger: log})
+	hcfg.AllowSim, hcfg.Store, hcfg.CA, hcfg.Logger, hcfg.Clock = true, st, authority, log, clk
+	h, err := hub.New(context.Background(), hcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +80,7 @@ func testServer(t *testing.T, lim Limits) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewServer(Config{Hub: h, CA: authority, Certificate: cert, Logger: log, Limits: lim})
+	return NewServer(Config{Hub: h, CA: authority, Certificate: cert, Logger: log, Limits: lim, Clock: clk}), st
 }
 
 // Past MaxActive busy requests of machines (and a full line behind them),
@@ -124,6 +134,13 @@ func TestShedsLoadWith503(t *testing.T) {
 		if w.Code != http.StatusServiceUnavailable {
 			t.Fatalf("%s: got %d, want 503", tc.name, w.Code)
 		}
+		// A machine sent away is load the hub tells other replicas of
+		// (TestBusyReplicaPublishesNoCount); a caller without a
+		// certificate is not, or it could keep agents from a replica.
+		if busy := s.busyNow(); busy != (tc.name == "machine") {
+			t.Errorf("%s: busy %v after its 503", tc.name, busy)
+		}
+		s.shedAt.Store(0)
 		// A machine's line that did not move in its wait sends it away
 		// for up to a third of OfflineAfter (TestRetryAfterSpreadsOverTheLine).
 		most := map[string]int{"machine": 15, "anonymous": 5}[tc.name]

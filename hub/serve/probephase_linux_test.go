@@ -23,7 +23,7 @@ func TestKeepaliveProbesOfConnectionsAcceptedTogetherSpread(t *testing.T) {
 	t0 := time.Now()
 	now := t0
 	ln := &countingListener{
-		Listener: inner, slots: newHandshakeSlots(1), untrusted: newSources(conns, conns),
+		Listener: inner, slots: newHandshakeSlots(1, time.Now), untrusted: newSources(conns, conns),
 		timeout: time.Minute, refused: new(atomic.Int64), now: func() time.Time { return now }, probeIdle: idle,
 	}
 	defer ln.Close()

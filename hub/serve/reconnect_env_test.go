@@ -51,6 +51,11 @@ func TestJustStartedHubQueuesAFleetPastItsRate(t *testing.T) {
 	if queued < agents-2*rate {
 		t.Errorf("%d agents queued, want at least %d past the rate", queued, agents-2*rate)
 	}
+	// Queueing machines is load: no replica sends it more to even out
+	// the fleet meanwhile (TestBusyReplicaPublishesNoCount).
+	if !e.srv.BusyNow() {
+		t.Error("a hub that just queued machines is not busy")
+	}
 }
 
 // A hub that drains to its own address (it is restarting) tells its agents

@@ -102,6 +102,9 @@ type Server struct {
 	refused    atomic.Int64
 	// gate queues machines' requests in the first phase after start.
 	gate *startGate
+	// shedAt (Unix nanoseconds, by clk) is when a machine was last
+	// turned away for load (noteShed).
+	shedAt atomic.Int64
 	// retryLimit is the longest Retry-After a machine sent away for the
 	// hub's overload is told: a third of OfflineAfter. It is heard when
 	// sent away, and back within retryLimit plus QueueWait (25 s at the
@@ -177,13 +180,14 @@ func NewServer(cfg Config) *Server {
 		machines:   newBuckets(cfg.Clock, lim.Rate, lim.Burst, maxBucketKeys),
 		enrollers:  newBuckets(cfg.Clock, lim.EnrollRate, lim.EnrollBurst, maxBucketKeys),
 		untrusted:  newSources(lim.MaxUntrustedPerSource, lim.MaxUntrusted),
-		handshakes: newHandshakeSlots(lim.MaxHandshakes),
+		handshakes: newHandshakeSlots(lim.MaxHandshakes, cfg.Clock.Now),
 		active:     newActiveSlots(cfg.Clock, lim.MaxActive, lim.MaxQueued, lim.QueueWait),
 		polls:      make(map[*pollEntry]struct{}),
 		gate:       newStartGate(cfg.Clock, lim.ReconnectRate, lim.StartPhase),
 		retryLimit: cmp.Or(cfg.OfflineAfter, hub.DefaultOfflineAfter) / 3,
 		probeIdle:  KeepAliveIdleFor(cfg.OfflineAfter),
 	}
+	cfg.Hub.SetBusy(s.busyNow)
 	s.api = httpapi.New(cfg.Hub, cfg.Clock, cfg.Logger)
 	s.api.ReconnectWindow = s.ReconnectWindow
 	s.base = &tls.Config{
@@ -414,6 +418,7 @@ func (s *Server) shed(next http.Handler) http.Handler {
 			r = r.WithContext(hub.OnHeld(ctx, release))
 			if err == nil {
 				if ok, wait := s.gate.admit(id); !ok {
+					s.noteShed()
 					retryAfterHeader(w, wait)
 					writeError(w, http.StatusServiceUnavailable, "the hub just started and takes its machines back at a steady rate; come back after Retry-After")
 					return
@@ -460,12 +465,25 @@ func (s *Server) busyFor(w http.ResponseWriter, r *http.Request, retry time.Dura
 	writeError(w, http.StatusServiceUnavailable, "the hub is busy; try again after Retry-After")
 }
 
+// noteShed records that a machine was turned away for this server's load.
+func (s *Server) noteShed() { s.shedAt.Store(s.clk.Now().UnixNano()) }
+
+// busyNow reports whether, within the last hub.ReplicaRefresh, a machine's
+// request was turned away for load (a full line, the restart gate) or a
+// handshake waited for a slot: the hub then publishes no count of its
+// polls, and no replica sends it agents to even out the fleet.
+func (s *Server) busyNow() bool {
+	since := s.clk.Now().Add(-hub.ReplicaRefresh).UnixNano()
+	return s.shedAt.Load() > since || s.handshakes.waitedAt.Load() > since
+}
+
 // sendAway answers a machine's request that found no active slot in time
 // (issue 13). The machine spoke, so it is heard: the hub's own backlog
 // must never turn into its silence, and so a false offline. It is told to
 // come back when the line will have room, spread over the time the line
 // takes to drain, up to retryLimit.
 func (s *Server) sendAway(w http.ResponseWriter, r *http.Request) {
+	s.noteShed()
 	// The handshake checked the certificate with the store; asking again
 	// would add to the overload, and a revocation cuts the connection.
 	if id, _, err := s.api.ClientCert(r); err == nil {

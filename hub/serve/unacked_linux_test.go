@@ -18,7 +18,7 @@ func TestAcceptedConnectionsBoundUnacknowledgedData(t *testing.T) {
 		t.Fatal(err)
 	}
 	ln := &countingListener{
-		Listener: inner, slots: newHandshakeSlots(1), untrusted: newSources(4, 4),
+		Listener: inner, slots: newHandshakeSlots(1, time.Now), untrusted: newSources(4, 4),
 		timeout: time.Second, refused: new(atomic.Int64), now: time.Now,
 	}
 	defer ln.Close()
