@@ -143,6 +143,8 @@ type Hub struct {
 	// busy, when set (SetBusy), says whether this replica turned
 	// machines away for its own load lately.
 	busy atomic.Pointer[func() bool]
+	// counts is this replica's count of polls at its last refresh.
+	counts countHistory
 }
 
 // New returns a hub over cfg.Store, seeding the default classes into a new

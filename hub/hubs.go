@@ -56,6 +56,7 @@ func (h *Hub) Hubs() []string {
 func (h *Hub) RefreshReplicas(ctx context.Context) error {
 	now := h.clk.Now()
 	held := h.WaitingPolls()
+	steady := h.counts.steady(held)
 	var live []store.Replica
 	read := func(tx store.Tx) (err error) {
 		live, err = tx.Replicas(now.Add(-ReplicaLive), MaxReplicas)
@@ -78,7 +79,7 @@ func (h *Hub) RefreshReplicas(ctx context.Context) error {
 			}
 			if len(known) >= MaxReplicas && !slices.ContainsFunc(known, func(r store.Replica) bool { return r.URL == h.cfg.URL }) {
 				full = true
-			} else if err := tx.PutReplica(store.Replica{URL: h.cfg.URL, Seen: now, Polls: h.published(held)}); err != nil {
+			} else if err := tx.PutReplica(store.Replica{URL: h.cfg.URL, Seen: now, Polls: h.published(held, steady)}); err != nil {
 				return err
 			}
 			return read(tx)
@@ -106,20 +107,20 @@ func (h *Hub) RefreshReplicas(ctx context.Context) error {
 		urls = nil
 	}
 	h.replicas.set(urls)
-	if h.cfg.URL != "" && !h.leaving.Load() {
-		h.sendAway(rebalance(h.cfg.URL, held, freshOf(live, now)))
+	if h.cfg.URL != "" && !h.leaving.Load() && steady {
+		h.counts.sent(h.sendAway(rebalance(h.cfg.URL, held, freshOf(live, now))))
 	}
 	return nil
 }
 
 // published is the count this replica writes: none (-1) once it is
-// leaving, or while it is busy (SetBusy): its count is then low for its
-// load, not for want of agents, and agents sent to it would be turned
-// away again (a cold connect, a storm of failovers). Read in the
-// transaction, so a refresh that began before Leave never writes a count
-// after Leave's -1.
-func (h *Hub) published(held int) int {
-	if h.leaving.Load() {
+// leaving, while its count is in flux (countHistory), or while it is busy
+// (SetBusy): its count is then low for its load, not for want of agents,
+// and agents sent to it would be turned away again (a cold connect, a
+// storm of failovers). Read in the transaction, so a refresh that began
+// before Leave never writes a count after Leave's -1.
+func (h *Hub) published(held int, steady bool) int {
+	if h.leaving.Load() || !steady {
 		return -1
 	}
 	if busy := h.busy.Load(); busy != nil && (*busy)() {
@@ -140,13 +141,17 @@ func freshOf(live []store.Replica, now time.Time) []store.Replica {
 	return slices.DeleteFunc(slices.Clone(live), func(r store.Replica) bool { return r.Seen.Before(now.Add(-2 * ReplicaRefresh)) })
 }
 
-// sendAway makes the moves rebalance chose.
-func (h *Hub) sendAway(moves []agentMove) {
+// sendAway makes the moves rebalance chose, and returns how many agents
+// it sent.
+func (h *Hub) sendAway(moves []agentMove) int {
+	total := 0
 	for _, m := range moves {
 		if sent := h.polls.sendAway(m.n, m.url); sent > 0 {
+			total += sent
 			h.log.Info("this replica holds more than its share of the fleet's polls; sending agents to a replica holding fewer", "agents", sent, "to", m.url)
 		}
 	}
+	return total
 }
 
 // Leave tells the other replicas that this one is going (a drain): it

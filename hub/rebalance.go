@@ -3,6 +3,7 @@ package hub
 import (
 	"cmp"
 	"slices"
+	"sync"
 
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/protocol"
@@ -26,6 +27,37 @@ const (
 	// the others each ReplicaRefresh.
 	maxMovesPerRound = 1000
 )
+
+// countHistory is a replica's count of polls at its last refresh, and how
+// many it sent away then: a count that moved since by more than the slack
+// (agents arriving in a cold connect or a storm of failovers, or answered
+// in a burst of changes) is in flux, and another replica's count, read up
+// to a refresh apart, says nothing of the same moment. A replica in flux
+// publishes no count and sends no agent; its first refresh is in flux.
+type countHistory struct {
+	// mu guards the following fields.
+	mu          sync.Mutex
+	known       bool
+	prev, moved int
+}
+
+// steady records held as this refresh's count and reports whether it is
+// within the slack of the last one, less the agents sent away since.
+func (c *countHistory) steady(held int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	drift := held - (c.prev - c.moved)
+	ok := c.known && max(drift, -drift) <= max(int(RebalanceSlack*float64(held)), rebalanceMinSlack)
+	c.known, c.prev, c.moved = true, held, 0
+	return ok
+}
+
+// sent records agents sent away at this refresh.
+func (c *countHistory) sent(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.moved += n
+}
 
 // agentMove is n polls to send to the replica at url.
 type agentMove struct {

@@ -144,27 +144,23 @@ func TestReplicaHoldingMoreThanItsShareSendsAgentsToOneHoldingFewer(t *testing.T
 	}
 	hold("in-process", ctx) // no connection: no sign of life
 	waitTimers(t, clk, 41)
-	waiting := func() int {
-		a.polls.mu.Lock()
-		defer a.polls.mu.Unlock()
-		return len(a.polls.waiting)
-	}
-	refresh(t, b) // holds none
+	refresh(t, b, b)  // holds none, and says so from its second refresh
+	refresh(t, a.Hub) // a's first: in flux, it sends none
 	// Still live (listed to agents) but not fresh: no agent goes to it.
 	clk.Advance(2*ReplicaRefresh + time.Second)
 	refresh(t, a.Hub)
-	if n := waiting(); n != 41 {
+	if n := a.waiting(); n != 41 {
 		t.Fatalf("%d agents sent to a replica not heard of for %s", 41-n, 2*ReplicaRefresh+time.Second)
 	}
 	refresh(t, b)
 	a.leaving.Store(true)
 	refresh(t, a.Hub)
-	if n := waiting(); n != 41 {
+	if n := a.waiting(); n != 41 {
 		t.Fatalf("a leaving replica sent %d agents away", 41-n)
 	}
 	a.leaving.Store(false)
 	refresh(t, a.Hub) // 41 against 0: a share of 20.5, half the surplus is 10
-	if n := waiting(); n != 31 {
+	if n := a.waiting(); n != 31 {
 		t.Fatalf("%d polls wait, want 31 (10 moved)", n)
 	}
 	moved := map[string]bool{}
@@ -184,7 +180,7 @@ func TestReplicaHoldingMoreThanItsShareSendsAgentsToOneHoldingFewer(t *testing.T
 	}
 	// 31 against 0 is within the least slack: no more move.
 	refresh(t, a.Hub)
-	if n := waiting(); n != 31 {
+	if n := a.waiting(); n != 31 {
 		t.Errorf("%d polls wait after a refresh within the slack, want 31", n)
 	}
 }
@@ -214,6 +210,10 @@ func TestLeavingOrBusyReplicaPublishesNoCount(t *testing.T) {
 		})
 		return polls
 	}
+	if got := count(bURL); got != -1 {
+		t.Fatalf("b published %d polls at its first refresh, want none (-1): it has no count to compare", got)
+	}
+	refresh(t, b)
 	if got := count(bURL); got != 0 {
 		t.Fatalf("b published %d polls, want 0", got)
 	}
@@ -262,4 +262,69 @@ func TestOnlyConnectedPollsAreSentAway(t *testing.T) {
 	if n := p.sendAway(10, "https://b.example:8443"); n != 0 {
 		t.Errorf("sent %d more away, want none", n)
 	}
+}
+
+// A count that moved by more than the slack since the last refresh, less
+// the agents sent away since, is in flux: agents still arriving (a cold
+// connect, a storm of failovers) or answered in a burst of changes.
+func TestCountInFluxIsNeitherPublishedNorActedOn(t *testing.T) {
+	var c countHistory
+	for _, step := range []struct {
+		held, sent int
+		want       bool
+	}{
+		{1000, 0, false}, // the first: nothing to compare
+		{1000, 0, true},
+		{1100, 0, true},  // within 10%
+		{1400, 0, false}, // arriving
+		{1400, 300, true},
+		{1100, 0, true}, // the 300 sent away
+		{800, 0, false}, // answered in a burst
+		{20, 0, false},
+		{30, 0, true}, // within the least slack
+	} {
+		if got := c.steady(step.held); got != step.want {
+			t.Fatalf("count %d after %d: steady %v, want %v", step.held, c.prev, got, step.want)
+		}
+		c.sent(step.sent)
+	}
+}
+
+// A replica whose count is in flux publishes none and sends no agent away,
+// whatever its surplus.
+func TestReplicaInFluxSendsNoAgent(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "hub.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	clk := clock.NewFake(epoch)
+	a := &testHub{Hub: replicaOn(t, st, clk, "https://a.example:8443"), t: t, clk: clk, st: st}
+	b := replicaOn(t, st, clk, "https://b.example:8443")
+	refresh(t, b, b)
+	ctx, cancel := context.WithCancel(context.Background())
+	var polling sync.WaitGroup
+	t.Cleanup(func() { cancel(); polling.Wait() })
+	for i := range 40 {
+		id := fmt.Sprintf("m-%d", i)
+		a.machine(id)
+		d := a.desired(id)
+		polling.Go(func() {
+			a.Sync(WithSignOfLife(ctx, clk.Now), id, &protocol.SyncRequest{ProtocolVersion: protocol.Version, StoreID: d.StoreID, Generation: d.Generation})
+		})
+	}
+	waitTimers(t, clk, 40)
+	a.counts.steady(0) // a's last refresh found none: 40 arrived since
+	refresh(t, a.Hub)
+	if n := a.waiting(); n != 40 {
+		t.Errorf("a replica in flux sent %d agents away", 40-n)
+	}
+}
+
+// waiting is how many polls wait on h now; sendAway takes its polls out
+// at once, before their callers return.
+func (h *testHub) waiting() int {
+	h.polls.mu.Lock()
+	defer h.polls.mu.Unlock()
+	return len(h.polls.waiting)
 }
