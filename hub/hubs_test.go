@@ -15,6 +15,18 @@ import (
 	"einsora.dev/edge/protocol"
 )
 
+// sharedStore is a store for replicas to share, on a SQLite file, and a
+// fake clock for them.
+func sharedStore(t *testing.T) (*sqlite.Store, *clock.Fake) {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "hub.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, clock.NewFake(epoch)
+}
+
 // replicaOn is a hub with url over st: a replica sharing the store.
 func replicaOn(t *testing.T, st store.Store, clk clock.Clock, url string) *Hub {
 	t.Helper()
@@ -37,12 +49,7 @@ func refresh(t *testing.T, hs ...*Hub) {
 // TestReplicasPublishTheirURLs: each replica sends the live ones, itself
 // first; one not heard of for ReplicaLive is dropped.
 func TestReplicasPublishTheirURLs(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "hub.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	clk := clock.NewFake(epoch)
+	st, clk := sharedStore(t)
 	a := replicaOn(t, st, clk, "https://a.example:8443")
 	b := replicaOn(t, st, clk, "https://b.example:8443")
 	quiet := replicaOn(t, st, clk, "") // behind a load balancer: publishes nothing
@@ -79,13 +86,8 @@ func TestReplicasPublishTheirURLs(t *testing.T) {
 // TestReplicaRegistryIsBounded: past MaxReplicas rows, a new replica is
 // not recorded.
 func TestReplicaRegistryIsBounded(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "hub.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	clk := clock.NewFake(epoch)
-	err = st.Update(context.Background(), func(tx store.Tx) error {
+	st, clk := sharedStore(t)
+	err := st.Update(context.Background(), func(tx store.Tx) error {
 		for i := range MaxReplicas {
 			if err := tx.PutReplica(store.Replica{URL: fmt.Sprintf("https://r%02d.example:8443", i), Seen: epoch}); err != nil {
 				return err

@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub/store"
-	"einsora.dev/edge/hub/store/sqlite"
+	"einsora.dev/edge/hub/store/storetest"
 	"einsora.dev/edge/protocol"
 )
 
@@ -112,12 +110,7 @@ func TestRebalanceRoundsConvergeWithoutSwinging(t *testing.T) {
 // with a directed reconnect to the replica holding fewer; the in-process
 // agent's poll, which has no connection to move, stays.
 func TestReplicaHoldingMoreThanItsShareSendsAgentsToOneHoldingFewer(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "hub.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	clk := clock.NewFake(epoch)
+	st, clk := sharedStore(t)
 	const aURL, bURL = "https://a.example:8443", "https://b.example:8443"
 	a := &testHub{Hub: replicaOn(t, st, clk, aURL), t: t, clk: clk, st: st}
 	b := replicaOn(t, st, clk, bURL)
@@ -188,28 +181,11 @@ func TestReplicaHoldingMoreThanItsShareSendsAgentsToOneHoldingFewer(t *testing.T
 // A busy replica (SetBusy) publishes no count while busy, and a leaving
 // one (draining) none from then on: no replica sends either agents.
 func TestLeavingOrBusyReplicaPublishesNoCount(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "hub.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	clk := clock.NewFake(epoch)
+	st, clk := sharedStore(t)
 	const bURL = "https://b.example:8443"
 	b := replicaOn(t, st, clk, bURL)
 	refresh(t, b)
-	count := func(url string) int {
-		polls := -2
-		st.View(context.Background(), func(tx store.Tx) error {
-			all, err := tx.Replicas(time.Time{}, MaxReplicas)
-			for _, r := range all {
-				if r.URL == url {
-					polls = r.Polls
-				}
-			}
-			return err
-		})
-		return polls
-	}
+	count := func(url string) int { return storetest.ReplicaPolls(t, st, url) }
 	if got := count(bURL); got != -1 {
 		t.Fatalf("b published %d polls at its first refresh, want none (-1): it has no count to compare", got)
 	}
@@ -293,12 +269,7 @@ func TestCountInFluxIsNeitherPublishedNorActedOn(t *testing.T) {
 // A replica whose count is in flux publishes none and sends no agent away,
 // whatever its surplus.
 func TestReplicaInFluxSendsNoAgent(t *testing.T) {
-	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "hub.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	clk := clock.NewFake(epoch)
+	st, clk := sharedStore(t)
 	a := &testHub{Hub: replicaOn(t, st, clk, "https://a.example:8443"), t: t, clk: clk, st: st}
 	b := replicaOn(t, st, clk, "https://b.example:8443")
 	refresh(t, b, b)

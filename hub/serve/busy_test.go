@@ -7,7 +7,7 @@ import (
 
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub"
-	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/hub/store/storetest"
 )
 
 // A replica that turned a machine away for its load, or made a handshake
@@ -24,17 +24,7 @@ func TestBusyReplicaPublishesNoCount(t *testing.T) {
 		if err := s.hub.RefreshReplicas(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		n := -2
-		st.View(context.Background(), func(tx store.Tx) error {
-			all, err := tx.Replicas(time.Time{}, hub.MaxReplicas)
-			for _, r := range all {
-				if r.URL == url {
-					n = r.Polls
-				}
-			}
-			return err
-		})
-		return n
+		return storetest.ReplicaPolls(t, st, url)
 	}
 	published() // the first refresh is in flux
 	if got := published(); got != 0 {

@@ -9,16 +9,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub"
-	"einsora.dev/edge/hub/ca"
 	"einsora.dev/edge/hub/store"
-	"einsora.dev/edge/hub/store/sqlite"
 )
 
 func TestBucketsRefillAndForget(t *testing.T) {
@@ -60,16 +57,7 @@ func testServer(t *testing.T, lim Limits) *Server {
 // made here) and clk, with the store.
 func testServerOf(t *testing.T, lim Limits, hcfg hub.Config, clk clock.Clock) (*Server, store.Store) {
 	t.Helper()
-	dir := t.TempDir()
-	authority, err := ca.Open(ca.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "hub.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	_, authority, st := NewCAAndStore(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	hcfg.AllowSim, hcfg.Store, hcfg.CA, hcfg.Logger, hcfg.Clock = true, st, authority, log, clk
 	h, err := hub.New(context.Background(), hcfg)

@@ -13,7 +13,7 @@ import (
 	"einsora.dev/edge/hub/ca"
 	"einsora.dev/edge/hub/serve"
 	"einsora.dev/edge/hub/store"
-	"einsora.dev/edge/hub/store/sqlite"
+	"einsora.dev/edge/hub/store/storetest"
 	"einsora.dev/edge/protocol"
 )
 
@@ -66,16 +66,7 @@ func (r *replica) stop() {
 // syncs with B, which its command line never named, and runs what B
 // places.
 func TestAgentLearnsAReplicaAndMovesToIt(t *testing.T) {
-	dir := t.TempDir()
-	hubCA, err := ca.Open(ca.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "hub.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	dir, hubCA, st := serve.NewCAAndStore(t)
 	a := startReplica(t, st, hubCA)
 	b := startReplica(t, st, hubCA)
 	ctx := context.Background()
@@ -142,31 +133,10 @@ func TestAgentLearnsAReplicaAndMovesToIt(t *testing.T) {
 // registry row carries no count, so none of them sends it agents to even
 // out the fleet (hub.Leave).
 func TestDrainingReplicaPublishesNoCount(t *testing.T) {
-	dir := t.TempDir()
-	hubCA, err := ca.Open(ca.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "hub.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	_, hubCA, st := serve.NewCAAndStore(t)
 	r := startReplica(t, st, hubCA)
 	ctx := context.Background()
-	polls := func() int {
-		n := -2
-		st.View(ctx, func(tx store.Tx) error {
-			all, err := tx.Replicas(time.Time{}, hub.MaxReplicas)
-			for _, x := range all {
-				if x.URL == r.url {
-					n = x.Polls
-				}
-			}
-			return err
-		})
-		return n
-	}
+	polls := func() int { return storetest.ReplicaPolls(t, st, r.url) }
 	for range 2 { // the first is in flux
 		if err := r.hub.RefreshReplicas(ctx); err != nil {
 			t.Fatal(err)

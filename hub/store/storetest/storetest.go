@@ -564,3 +564,23 @@ func testMachinePages(t *testing.T, s store.Store) {
 		t.Errorf("Machines() = %d machines from %s", len(all), all[0].ID)
 	}
 }
+
+// ReplicaPolls is the count of polls the replica at url last published in
+// st's registry, -1 for none, and -2 when it has no row: for the tests of
+// the replicas evening out their agents.
+func ReplicaPolls(t *testing.T, st store.Store, url string) int {
+	t.Helper()
+	n := -2
+	if err := st.View(context.Background(), func(tx store.Tx) error {
+		all, err := tx.Replicas(time.Time{}, 1<<10)
+		for _, r := range all {
+			if r.URL == url {
+				n = r.Polls
+			}
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
