@@ -54,12 +54,11 @@ func TestStatusProbesSeeOnlyAnAgent(t *testing.T) {
 	if running, err := probeRunning(dir); err != nil || running {
 		t.Fatalf("a probe beside another probe: running %v, %v; want no agent", running, err)
 	}
-	lock, err := lockState(dir)
-	if err == nil {
+	if _, err := lockState(dir); err == nil {
 		t.Fatal("an agent took the lock while a probe held it")
 	}
 	dir = t.TempDir()
-	lock, err = lockState(dir)
+	lock, err := lockState(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
