@@ -76,10 +76,13 @@ func (p *polls) wait(machineID string, heard func() time.Time) (*poll, func()) {
 	}
 }
 
-func (p *polls) isSuperseded(w *poll) bool {
+// wokenFor is why w was woken, read at once: a newer poll of its machine
+// superseded it, or sendAway moved it to the replica at moveTo (""
+// otherwise).
+func (p *polls) wokenFor(w *poll) (superseded bool, moveTo string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return w.superseded
+	return w.superseded, w.moveTo
 }
 
 // committedAt is when the change that woke w was committed.
@@ -121,13 +124,6 @@ func (p *polls) sendAway(n int, url string) int {
 		sent++
 	}
 	return sent
-}
-
-// movedTo is the replica sendAway woke w to move to; "" if it did not.
-func (p *polls) movedTo(w *poll) string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return w.moveTo
 }
 
 // wakeEvery answers every waiting poll: after a replica's notifications

@@ -1,8 +1,6 @@
 package hub
 
 import (
-	"cmp"
-	"slices"
 	"sync"
 
 	"einsora.dev/edge/hub/store"
@@ -67,8 +65,8 @@ type agentMove struct {
 
 // rebalance is what the replica at self, holding held polls, sends where,
 // given the live replicas as the registry read them (self among them or
-// not). Replicas that do not publish a count (Polls < 0) are neither
-// counted nor sent to.
+// not), in their order. Replicas that do not publish a count (Polls < 0)
+// are neither counted nor sent to.
 func rebalance(self string, held int, live []store.Replica) []agentMove {
 	total, n := held, 1
 	var peers []store.Replica
@@ -101,6 +99,5 @@ func rebalance(self string, held int, live []store.Replica) []agentMove {
 			moves = append(moves, agentMove{url: r.URL, n: k})
 		}
 	}
-	slices.SortFunc(moves, func(a, b agentMove) int { return cmp.Compare(a.url, b.url) })
 	return moves
 }

@@ -228,11 +228,11 @@ func TestOnlyConnectedPollsAreSentAway(t *testing.T) {
 		t.Errorf("sent %d away, want the 2 with a connection", n)
 	}
 	for _, w := range []*poll{a, b} {
-		if p.movedTo(w) != "https://b.example:8443" {
+		if moveTo(&p, w) != "https://b.example:8443" {
 			t.Error("a connected poll was not sent to b")
 		}
 	}
-	if !p.connected("in-process") || p.movedTo(in) != "" {
+	if !p.connected("in-process") || moveTo(&p, in) != "" {
 		t.Error("the in-process agent's poll was sent away")
 	}
 	if n := p.sendAway(10, "https://b.example:8443"); n != 0 {
@@ -298,4 +298,9 @@ func (h *testHub) waiting() int {
 	h.polls.mu.Lock()
 	defer h.polls.mu.Unlock()
 	return len(h.polls.waiting)
+}
+
+func moveTo(p *polls, w *poll) string {
+	_, to := p.wokenFor(w)
+	return to
 }

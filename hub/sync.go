@@ -67,10 +67,11 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 		case <-w.wake:
 			h.polls.held.Add(-1)
 			t.Stop()
-			if h.polls.isSuperseded(w) {
+			superseded, to := h.polls.wokenFor(w)
+			if superseded {
 				return nil, fmt.Errorf("sync %s: %w", machineID, ErrSuperseded)
 			}
-			if to := h.polls.movedTo(w); to != "" {
+			if to != "" {
 				// This replica holds more than its share (rebalance).
 				return &protocol.SyncResponse{StoreID: h.store.ID(), Generation: gen, Unchanged: true, HubTime: h.clk.Now(),
 					Reconnect: &protocol.Reconnect{URL: to}}, nil

@@ -521,10 +521,10 @@ func (l *countingListener) Accept() (net.Conn, error) {
 	}
 }
 
-// handshakeSlots bounds the TLS handshakes in flight; waitedAt (Unix
-// nanoseconds, by now) is when a handshake last found them all taken. A ClientHello past
+// handshakeSlots bounds the TLS handshakes in flight. A ClientHello past
 // the bound waits for a slot, first come first served (a channel's
-// senders queue in order), up to a bound.
+// senders queue in order), up to a bound. waitedAt (Unix nanoseconds, by
+// now) is when a handshake last found them all taken.
 type handshakeSlots struct {
 	sem      chan struct{}
 	now      func() time.Time
