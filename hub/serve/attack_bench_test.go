@@ -27,7 +27,6 @@ import (
 	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/ca"
 	"einsora.dev/edge/hub/serve"
-	"einsora.dev/edge/hub/store/sqlite"
 	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/protocol"
 )
@@ -49,16 +48,7 @@ func BenchmarkAttacks(b *testing.B) {
 	if _, err := net.Listen("tcp", "127.0.0.2:0"); err != nil {
 		b.Skipf("this system cannot use 127.0.0.2 as a source address: %v", err)
 	}
-	dir := b.TempDir()
-	authority, err := ca.Open(ca.Options{Dir: dir})
-	if err != nil {
-		b.Fatal(err)
-	}
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "hub.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
+	dir, authority, st := serve.NewCAAndStore(b)
 	h, err := hub.New(context.Background(), hub.Config{AllowSim: true, Store: st, CA: authority, Logger: discard, PollTimeout: time.Minute})
 	if err != nil {
 		b.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,7 +19,6 @@ import (
 	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/ca"
 	"einsora.dev/edge/hub/serve"
-	"einsora.dev/edge/hub/store/sqlite"
 	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/internal/testnet"
 	"einsora.dev/edge/protocol"
@@ -30,16 +28,7 @@ import (
 // machine's client certificate.
 func benchHub(b *testing.B, poll time.Duration) (*hub.Hub, *ca.CA, tls.Certificate, tls.Certificate) {
 	b.Helper()
-	dir := b.TempDir()
-	authority, err := ca.Open(ca.Options{Dir: dir})
-	if err != nil {
-		b.Fatal(err)
-	}
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "hub.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
+	_, authority, st := serve.NewCAAndStore(b)
 	h, err := hub.New(context.Background(), hub.Config{AllowSim: true, Store: st, CA: authority, Logger: discard, PollTimeout: poll})
 	if err != nil {
 		b.Fatal(err)

@@ -13,18 +13,18 @@ import (
 func (s *Server) BusyNow() bool { return s.busyNow() }
 
 // NewCAAndStore is a directory, a CA in it and a store on a SQLite file
-// there, for the tests of both packages.
-func NewCAAndStore(t *testing.T) (string, *ca.CA, *sqlite.Store) {
-	t.Helper()
-	dir := t.TempDir()
+// there, for the tests and benchmarks of both packages.
+func NewCAAndStore(tb testing.TB) (string, *ca.CA, *sqlite.Store) {
+	tb.Helper()
+	dir := tb.TempDir()
 	authority, err := ca.Open(ca.Options{Dir: dir})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "hub.db"))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
+	tb.Cleanup(func() { st.Close() })
 	return dir, authority, st
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +21,6 @@ import (
 	"einsora.dev/edge/hub/httpapi"
 	"einsora.dev/edge/hub/serve"
 	"einsora.dev/edge/hub/store"
-	"einsora.dev/edge/hub/store/sqlite"
 	"einsora.dev/edge/hubclient"
 	"einsora.dev/edge/protocol"
 )
@@ -38,16 +36,7 @@ type logBench struct {
 }
 
 func startLogBench(b *testing.B) *logBench {
-	dir := b.TempDir()
-	authority, err := ca.Open(ca.Options{Dir: dir})
-	if err != nil {
-		b.Fatal(err)
-	}
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "hub.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
+	_, authority, st := serve.NewCAAndStore(b)
 	h, err := hub.New(context.Background(), hub.Config{Store: st, CA: authority, Logger: discard, PollTimeout: 2 * time.Second, AllowSim: true})
 	if err != nil {
 		b.Fatal(err)
