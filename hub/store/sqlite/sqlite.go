@@ -22,6 +22,7 @@ import (
 type Store struct {
 	*sqlstore.Store
 	writer, reader *sql.DB
+	ckpt           *checkpointer
 }
 
 var _ store.Store = (*Store)(nil)
@@ -31,18 +32,21 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err := private(path); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	dsn := func(txlock string) string {
+	dsn := func(txlock string, pragmas ...string) string {
 		q := url.Values{}
 		q.Add("_pragma", "busy_timeout(10000)")
 		q.Add("_pragma", "journal_mode(WAL)")
 		q.Add("_pragma", "synchronous(NORMAL)")
 		q.Add("_pragma", "foreign_keys(1)")
+		for _, p := range pragmas {
+			q.Add("_pragma", p)
+		}
 		q.Set("_txlock", txlock)
 		return "file:" + path + "?" + q.Encode()
 	}
 	// One writer connection taking its lock at BEGIN, so two writers never
 	// deadlock upgrading read locks; readers run beside it under WAL.
-	writer, err := sql.Open("sqlite", dsn("immediate"))
+	writer, err := sql.Open("sqlite", dsn("immediate", fmt.Sprintf("wal_autocheckpoint(%d)", writerCheckpointPages)))
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
@@ -64,12 +68,21 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		reader.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	return &Store{Store: s, writer: writer, reader: reader}, nil
+	ckptDB, err := sql.Open("sqlite", dsn("deferred"))
+	if err != nil {
+		writer.Close()
+		reader.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	ckptDB.SetMaxOpenConns(1)
+	ckpt := startCheckpointer(ckptDB)
+	s.OnCommit(ckpt.committed)
+	return &Store{Store: s, writer: writer, reader: reader, ckpt: ckpt}, nil
 }
 
-// Close closes both connection pools.
+// Close stops the checkpointer and closes the connection pools.
 func (s *Store) Close() error {
-	return errors.Join(s.writer.Close(), s.reader.Close())
+	return errors.Join(s.ckpt.close(), s.writer.Close(), s.reader.Close())
 }
 
 func newID() string {

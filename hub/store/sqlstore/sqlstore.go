@@ -58,6 +58,8 @@ type Store struct {
 	id             string
 	// stmts are the statements kept prepared, per pool.
 	stmts map[*sql.DB]*stmtCache
+	// committed, when set, is called after each commit of an Update.
+	committed func()
 }
 
 // New brings the schema up to date and loads (or makes) the store ID.
@@ -83,6 +85,10 @@ func New(ctx context.Context, writer, reader *sql.DB, d Dialect, newID func() st
 }
 
 func (s *Store) ID() string { return s.id }
+
+// OnCommit sets f to be called after each Update's commit, before the
+// store is used: the SQLite store's checkpointer learns of it so.
+func (s *Store) OnCommit(f func()) { s.committed = f }
 
 // q rebinds a query written with ? to the dialect's placeholders.
 func (s *Store) q(query string) string {
@@ -164,6 +170,9 @@ func (s *Store) run(ctx context.Context, db *sql.DB, opts *sql.TxOptions, readOn
 	}
 	if err := sqlTx.Commit(); err != nil {
 		return s.retryable(err), fmt.Errorf("store: commit: %w", err)
+	}
+	if !readOnly && s.committed != nil {
+		s.committed()
 	}
 	return false, nil
 }
