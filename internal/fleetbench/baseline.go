@@ -52,7 +52,7 @@ func newBaselineTarget(self, dir string) *baselineTarget {
 
 func (b *baselineTarget) name() string      { return "stock Go TLS long poll" }
 func (b *baselineTarget) urls() []string    { return []string{b.agentURL} }
-func (b *baselineTarget) pids() []int       { return []int{b.p.cmd.Process.Pid} }
+func (b *baselineTarget) procs() []*process { return []*process{b.p} }
 func (b *baselineTarget) crash(int)         { b.p.kill() }
 func (b *baselineTarget) restart(int) error { return b.start() }
 func (b *baselineTarget) stop()             { b.p.kill() }

@@ -110,6 +110,10 @@ type result struct {
 	idleWirePerAgentHour float64
 	cpuPerChange         time.Duration
 	wakeP50, wakeP99     time.Duration
+	// metGC is how many changes' wakes overlapped a collection of the
+	// server; quietP99 is the p99 of the others.
+	metGC    int
+	quietP99 time.Duration
 	// The wakes whose change was made on another replica than the one
 	// holding the agent's poll, and those made on that one.
 	crossP50, crossP99 time.Duration
@@ -240,7 +244,7 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 		r.enrolPerSec = float64(cfg.N) / enrol.Seconds()
 	}
 	time.Sleep(settle)
-	rss0, err := sumRSS(t.pids())
+	rss0, err := sumRSS(pids(t))
 	if err != nil {
 		return r, err
 	}
@@ -267,18 +271,18 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	// Memory and idle cost, every agent connected and waiting; summed
 	// over the processes.
 	time.Sleep(settle)
-	rss1, err := sumRSS(t.pids())
+	rss1, err := sumRSS(pids(t))
 	if err != nil {
 		return r, err
 	}
 	r.rssPerAgentKiB = float64(rss1-rss0) / float64(cfg.N)
-	cpu0, err := sumCPU(t.pids())
+	cpu0, err := sumCPU(pids(t))
 	if err != nil {
 		return r, err
 	}
 	b0, s0, lost0 := f.m.bytes.Load(), testnet.TCPOutSegs(), testnet.BacklogDrops()
 	time.Sleep(cfg.Window)
-	cpu1, err := sumCPU(t.pids())
+	cpu1, err := sumCPU(pids(t))
 	if err != nil {
 		return r, err
 	}
@@ -314,7 +318,7 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	began := make([]time.Duration, 0, cfg.Changes) // since the phase began
 	var cross, same []time.Duration
 	holder := 0 // the replica of the agent told of this cycle's workload
-	cpu0, _ = sumCPU(t.pids())
+	cpu0, _ = sumCPU(pids(t))
 	phase := time.Now()
 	for k := range cfg.Changes {
 		via := viaFor(k, holder, len(urls))
@@ -336,7 +340,7 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 			cross = append(cross, d)
 		}
 	}
-	cpu1, _ = sumCPU(t.pids())
+	cpu1, _ = sumCPU(pids(t))
 	// The idle cost during the phase is not the changes'.
 	busy := float64(cpu1-cpu0) - idleRate*time.Since(phase).Seconds()
 	r.cpuPerChange = time.Duration(max(busy, 0) / float64(cfg.Changes))
@@ -344,6 +348,15 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	r.crossP50, r.crossP99, r.nCross = percentile(cross, 50), percentile(cross, 99), len(cross)
 	r.sameP50, r.sameP99, r.nSame = percentile(same, 50), percentile(same, 99), len(same)
 	fmt.Fprintf(cfg.Out, "  change: hub CPU %s each, wake p50 %s p99 %s; slowest %s (the phase began %s)\n", r.cpuPerChange.Round(10*time.Microsecond), r.wakeP50.Round(10*time.Microsecond), r.wakeP99.Round(10*time.Microsecond), slowest(lat, began, max(3, len(lat)/100+1)), phase.UTC().Format("15:04:05.000"))
+	gcs := collections(t.procs())
+	var quiet []time.Duration
+	for k, d := range lat {
+		if from := phase.Add(began[k]); !during(from, from.Add(d), gcs) {
+			quiet = append(quiet, d)
+		}
+	}
+	r.metGC, r.quietP99 = len(lat)-len(quiet), percentile(quiet, 99)
+	fmt.Fprintf(cfg.Out, "  %d of the %d changes met a collection of the server; wake p99 of the others %s\n", r.metGC, len(lat), r.quietP99.Round(10*time.Microsecond))
 	if len(urls) > 1 {
 		fmt.Fprintf(cfg.Out, "  across replicas (%d): wake p50 %s p99 %s; on the agent's replica (%d): p50 %s p99 %s\n",
 			r.nCross, r.crossP50.Round(10*time.Microsecond), r.crossP99.Round(10*time.Microsecond),
@@ -412,6 +425,15 @@ func viaFor(k, holder, n int) int {
 		return (holder + 1) % n
 	}
 	return holder
+}
+
+// pids are the target's server processes.
+func pids(t target) []int {
+	var ps []int
+	for _, p := range t.procs() {
+		ps = append(ps, p.cmd.Process.Pid)
+	}
+	return ps
 }
 
 func sumCPU(pids []int) (time.Duration, error) {
@@ -534,6 +556,10 @@ func printTable(w io.Writer, n int, cols []column) {
 	row("hub CPU per single-workload change (create, park, run)", dur(ms, func(r result) time.Duration { return r.cpuPerChange }))
 	row("wake one agent after a change, p50", dur(ms, func(r result) time.Duration { return r.wakeP50 }))
 	row("wake one agent after a change, p99", dur(ms, func(r result) time.Duration { return r.wakeP99 }))
+	row("changes whose wake met a collection of the server (GODEBUG=gctrace=1)", func(r result) (string, float64, bool) {
+		return fmt.Sprint(r.metGC), float64(r.metGC), true
+	})
+	row("wake p99 of the changes that met none", dur(ms, func(r result) time.Duration { return r.quietP99 }))
 	if multi {
 		// Across replicas: the change made on another replica than the
 		// agent's; a single process has none, so its every wake is the

@@ -83,10 +83,10 @@ func (h *hubTarget) urls() []string {
 	return us
 }
 
-func (h *hubTarget) pids() []int {
-	ps := make([]int, len(h.reps))
+func (h *hubTarget) procs() []*process {
+	ps := make([]*process, len(h.reps))
 	for i, r := range h.reps {
-		ps[i] = r.p.cmd.Process.Pid
+		ps[i] = r.p
 	}
 	return ps
 }

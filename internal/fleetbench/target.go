@@ -25,8 +25,8 @@ type target interface {
 	crash(i int)
 	restart(i int) error
 	stop()
-	// pids are the server processes, whose CPU and memory are summed.
-	pids() []int
+	// procs are the server processes, whose CPU and memory are summed.
+	procs() []*process
 	// urls are the processes' agent URLs; machine i syncs with
 	// urls[i mod len], and fails over to the others in turn.
 	urls() []string
@@ -51,6 +51,11 @@ type target interface {
 type process struct {
 	cmd  *exec.Cmd
 	logf *os.File
+	// started is when it started; its collections are traced in its log
+	// from logFrom on (see collections).
+	started time.Time
+	logPath string
+	logFrom int64
 }
 
 // startProcess starts cmd and returns its first stdout line that
@@ -62,16 +67,26 @@ func startProcess(cmd *exec.Cmd, logPath, marker string) (*process, string, erro
 	}
 	cmd.Stderr = logf
 	cmd.SysProcAttr = serverProcAttr()
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = withGCTrace(cmd.Env)
+	logFrom, err := logf.Seek(0, io.SeekEnd)
+	if err != nil {
+		logf.Close()
+		return nil, "", err
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		logf.Close()
 		return nil, "", err
 	}
+	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, "", fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
-	p := &process{cmd: cmd, logf: logf}
+	p := &process{cmd: cmd, logf: logf, started: started, logPath: logPath, logFrom: logFrom}
 	lines := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
