@@ -29,14 +29,21 @@ func walState(t *testing.T, path string) (logPages, copied uint32) {
 	return binary.NativeEndian.Uint32(b[16:20]), binary.NativeEndian.Uint32(b[96:100])
 }
 
-func TestWriterLeavesCheckpointsToTheCheckpointer(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "hub.db")
-	ctx := context.Background()
-	s, err := Open(ctx, path)
+// openAt opens a store in a new file, closed when the test ends.
+func openAt(t *testing.T) (s *Store, path string) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "hub.db")
+	s, err := Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s, path
+}
+
+func TestWriterLeavesCheckpointsToTheCheckpointer(t *testing.T) {
+	s, path := openAt(t)
+	ctx := context.Background()
 	// Straight on the writer, so no commit tells the checkpointer: what
 	// is copied, the writer copied.
 	if _, err := s.writer.ExecContext(ctx, `CREATE TABLE pad (b BLOB)`); err != nil {
@@ -57,13 +64,8 @@ func TestWriterLeavesCheckpointsToTheCheckpointer(t *testing.T) {
 }
 
 func TestCheckpointerCopiesTheLogAfterCommits(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "hub.db")
+	s, path := openAt(t)
 	ctx := context.Background()
-	s, err := Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	for i := range 200 {
 		if err := s.Update(ctx, func(tx store.Tx) error { return tx.CreateTenant(store.Tenant{Name: fmt.Sprint("t", i)}) }); err != nil {
 			t.Fatal(err)
