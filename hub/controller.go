@@ -183,7 +183,7 @@ func (c *Controller) passFor(ctx context.Context, sweep bool) error {
 // timeout late (15 s at the defaults), and never later than a presence
 // batch interval.
 func (c *Controller) sweepEvery() time.Duration {
-	return max(c.cfg.ControllerInterval, min(touchEvery(c.cfg.OfflineAfter), c.cfg.OfflineFailAfter/40, c.cfg.ProvisioningTimeout/60))
+	return max(c.cfg.ControllerInterval, min(PresenceEvery(c.cfg.OfflineAfter), c.cfg.OfflineFailAfter/40, c.cfg.ProvisioningTimeout/60))
 }
 
 // sweepDue reports whether sweepEvery has passed since the last sweep.
@@ -195,7 +195,7 @@ func (c *Controller) sweepDue() bool { return c.clk.Now().Sub(c.swept) >= c.swee
 // refreshes the last syncs (the sweep does, every sweepEvery), so it
 // comes every 8 presence batches (2 minutes by default): at every batch
 // it was a fifth of an idle hub's CPU.
-func (c *Controller) viewCheckEvery() time.Duration { return 8 * touchEvery(c.cfg.OfflineAfter) }
+func (c *Controller) viewCheckEvery() time.Duration { return 8 * PresenceEvery(c.cfg.OfflineAfter) }
 
 // warm reads what admission would read first, when the backend is behind
 // (settling, or machines changed with nothing placed since), in a read

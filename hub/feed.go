@@ -14,12 +14,12 @@ import (
 // presenceFeed is this replica's share of presence across replicas: a
 // machine is online while a replica holds its poll or heard from it within
 // OfflineAfter, whichever replica that is. No replica writes per poll:
-// each writes, every touchEvery, one batch moving the last sync of every
+// each writes, every PresenceEvery, one batch moving the last sync of every
 // machine whose poll it holds or whose quiet sync it took since the last
 // batch; a sync that changes something (a machine back from silence, new
 // statuses, a new generation) writes its machine's row at once. So the
 // last sync in the store, which the leader reads, is never more than
-// touchEvery (plus one commit) behind a machine in touch with any replica.
+// PresenceEvery (plus one commit) behind a machine in touch with any replica.
 type presenceFeed struct {
 	every time.Duration
 	// mu guards the following fields.
@@ -43,10 +43,10 @@ type presenceFeed struct {
 	failing, lagging bool
 }
 
-// touchEvery is how often a replica writes its presence batch: a third
+// PresenceEvery is how often a replica writes its presence batch: a third
 // of OfflineAfter (15 s by default), so two batches can fail before a
 // machine in touch looks offline.
-func touchEvery(offlineAfter time.Duration) time.Duration { return offlineAfter / 3 }
+func PresenceEvery(offlineAfter time.Duration) time.Duration { return offlineAfter / 3 }
 
 func newPresenceFeed(every time.Duration) *presenceFeed {
 	return &presenceFeed{every: every, heard: make(map[string]time.Time), written: make(map[string]time.Time)}

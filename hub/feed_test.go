@@ -44,7 +44,7 @@ func (t countingTx) PutStatus(s store.StatusRecord) error {
 }
 
 // An idle agent's polls cost far less than a write each: its last sync
-// is written by the presence batch, every touchEvery, and the store's last
+// is written by the presence batch, every PresenceEvery, and the store's last
 // sync stays within a batch of the truth (issue 13).
 func TestIdlePollsWriteInBatches(t *testing.T) {
 	h := newTestHub(t)

@@ -220,7 +220,7 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 		reports: reports{limit: cfg.WriteBatch},
 		started: cfg.Clock.Now(),
 	}
-	h.feed = newPresenceFeed(touchEvery(cfg.OfflineAfter))
+	h.feed = newPresenceFeed(PresenceEvery(cfg.OfflineAfter))
 	h.presence = presence{
 		clk: cfg.Clock, offlineAfter: cfg.OfflineAfter, failAfter: cfg.OfflineFailAfter,
 		started: h.started, held: h.polls.heardAt, feed: h.feed,

@@ -9,7 +9,7 @@ import (
 
 // BenchmarkPresenceBatch times one presence batch (touch) of a region
 // whose every machine was heard since the last: what the store's writer
-// is held for every touchEvery.
+// is held for every PresenceEvery.
 func BenchmarkPresenceBatch(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("machines=%d", n), func(b *testing.B) {

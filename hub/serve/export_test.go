@@ -9,6 +9,9 @@ import (
 	"einsora.dev/edge/hub/store/sqlite"
 )
 
+// MinOfflineAfter is the shortest --offline-after Run takes.
+const MinOfflineAfter = minOfflineAfter
+
 // BusyNow is busyNow, for the tests of package serve_test.
 func (s *Server) BusyNow() bool { return s.busyNow() }
 

@@ -28,6 +28,9 @@ import (
 	"einsora.dev/edge/protocol"
 )
 
+// minOfflineAfter is the shortest --offline-after Run takes.
+const minOfflineAfter = 5 * time.Second
+
 // Options configures Run.
 type Options struct {
 	DataDir string
@@ -81,9 +84,11 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 	}
-	// Presence batches go every third of --offline-after, to the second.
-	if d := opts.Hub.OfflineAfter; d < 0 || d > 0 && d < 3*time.Second {
-		return errorf("--offline-after %s: want at least 3s", d)
+	// Presence batches go every third of --offline-after, to the second,
+	// and a held poll's keepalives fit in what is left (KeepAliveIdleFor)
+	// with a second to spare only from 5 s.
+	if d := opts.Hub.OfflineAfter; d < 0 || d > 0 && d < minOfflineAfter {
+		return errorf("--offline-after %s: want at least %s", d, minOfflineAfter)
 	}
 	if d := opts.Hub.OfflineFailAfter; d < 0 {
 		return errorf("--offline-fail-after %s: want a positive duration", d)

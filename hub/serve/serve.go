@@ -291,15 +291,20 @@ func ListenFor(ctx context.Context, addr string, offlineAfter time.Duration) (ne
 }
 
 // KeepAliveIdleFor is the hub's keepalive idle time for an offline rule of
-// offlineAfter: KeepAliveIdle at the default 45 s, proportionally shorter
-// below it. A held poll's sign of life then comes within 5/9 of the rule,
-// which leaves a third of it for the presence batch that carries it to the
-// store, where the other replicas read it.
+// offlineAfter (0: the default): KeepAliveIdle at the default 45 s,
+// shorter below it. A held poll's sign of life reaches the store, where
+// the other replicas read it, up to this much old when a presence batch
+// takes it, plus the batch's interval (hub.PresenceEvery), plus a second
+// lost to the batch's rounding down; the rest of the rule, a ninth of it
+// or 2 s, whichever is more, holds that second, the kernel's timer slack
+// and the batch's commit. In whole seconds, rounded down: the kernel takes
+// whole seconds and Go would round a fraction up, past the budget.
 func KeepAliveIdleFor(offlineAfter time.Duration) time.Duration {
 	if offlineAfter <= 0 {
-		return KeepAliveIdle
+		offlineAfter = hub.DefaultOfflineAfter
 	}
-	return max(min(KeepAliveIdle, offlineAfter*5/9), time.Second)
+	idle := offlineAfter - hub.PresenceEvery(offlineAfter) - max(offlineAfter/9, 2*time.Second)
+	return max(min(KeepAliveIdle, idle.Truncate(time.Second)), time.Second)
 }
 
 // Serve serves agents on ln until Drain or Close; then it returns nil.
