@@ -36,6 +36,11 @@ type Config struct {
 	Window time.Duration
 	// Changes is the number of single-workload changes measured.
 	Changes int
+	// ChangeEvery, when set, starts the changes this far apart, as a
+	// steady flow of changes would come, so that the phase meets the
+	// server's collections about as often as such a flow would; 0 starts
+	// each as soon as the last is woken.
+	ChangeEvery time.Duration
 	// HTTP1 makes the agents speak HTTP/1.1 instead of HTTP/2, to compare
 	// the servers' cost per held poll.
 	HTTP1 bool
@@ -90,6 +95,7 @@ const (
 	fdHeadroom    = 512
 	connectLimit  = 10 * time.Minute
 	maxConnect    = time.Hour
+	maxPaced      = time.Hour
 	changeLimit   = 30 * time.Second
 	burstLimit    = 10 * time.Minute
 	settle        = 3 * time.Second
@@ -149,6 +155,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.ConnectLimit = min(cfg.ConnectLimit, maxConnect)
 	cfg.Changes = min(cfg.Changes, 3*cfg.N)
+	if cfg.ChangeEvery < 0 || cfg.ChangeEvery*time.Duration(cfg.Changes) > maxPaced {
+		return fmt.Errorf("fleetbench: -change-every %s: want 0 or more, %d changes within %s", cfg.ChangeEvery, cfg.Changes, maxPaced)
+	}
 	lim, err := RaiseOpenFiles()
 	if err != nil {
 		return err
@@ -156,7 +165,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if need := openFilesNeeded(cfg.N); lim < need {
 		return fmt.Errorf("fleetbench: N=%d needs about %d open files in this process (and as many in the server), the limit is %d: raise the hard limit (ulimit -Hn)", cfg.N, need, lim)
 	}
-	fmt.Fprintf(cfg.Out, "fleetbench: N=%d, idle window %s, %d changes, burst %d workloads a call, open-file limit %d, hub flags %q\n", cfg.N, cfg.Window, cfg.Changes, max(cfg.BurstBatch, 1), lim, cfg.hubArgs())
+	fmt.Fprintf(cfg.Out, "fleetbench: N=%d, idle window %s, %d changes %s, burst %d workloads a call, open-file limit %d, hub flags %q\n", cfg.N, cfg.Window, cfg.Changes, pacing(cfg.ChangeEvery), max(cfg.BurstBatch, 1), lim, cfg.hubArgs())
 	var targets []target
 	dsn := cfg.Store
 	if cfg.Replicas > 1 || dsn != "" {
@@ -321,6 +330,9 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	cpu0, _ = sumCPU(pids(t))
 	phase := time.Now()
 	for k := range cfg.Changes {
+		if err := waitTurn(ctx, phase, k, cfg.ChangeEvery); err != nil {
+			return r, err
+		}
 		via := viaFor(k, holder, len(urls))
 		t0 := time.Now()
 		id, mode, err := t.change(ctx, k, via)
@@ -636,6 +648,31 @@ func printTable(w io.Writer, n int, cols []column) {
 			sep = "\n"
 		}
 		fmt.Fprintf(w, " %s %d%s", c.name, c.r.errs, sep)
+	}
+}
+
+// pacing says how the changes are started.
+func pacing(every time.Duration) string {
+	if every <= 0 {
+		return "back to back"
+	}
+	return "every " + every.String()
+}
+
+// waitTurn waits until change k of a phase begun at phase is due, every
+// apart (0: at once), or ctx is done.
+func waitTurn(ctx context.Context, phase time.Time, k int, every time.Duration) error {
+	wait := time.Until(phase.Add(time.Duration(k) * every))
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

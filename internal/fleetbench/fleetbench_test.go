@@ -133,6 +133,29 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
+// Paced changes start on their schedule, never before it, and a run
+// stopped meanwhile stops waiting.
+func TestPacedChangesWaitTheirTurn(t *testing.T) {
+	const every = 20 * time.Millisecond
+	phase := time.Now()
+	for k := range 4 {
+		if err := waitTurn(context.Background(), phase, k, every); err != nil {
+			t.Fatal(err)
+		}
+		if since := time.Since(phase); since < time.Duration(k)*every {
+			t.Errorf("change %d began %s into the phase, before its turn at %s", k, since, time.Duration(k)*every)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := waitTurn(ctx, time.Now(), 1, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Errorf("a stopped run waiting its turn: %v, want %v", err, context.Canceled)
+	}
+	if pacing(0) != "back to back" || pacing(every) != "every 20ms" {
+		t.Errorf("pacing says %q and %q", pacing(0), pacing(every))
+	}
+}
+
 // The bench and the server are separate processes, each with its own
 // open-file limit: N agents need about N descriptors in each, so 10,000
 // agents fit this container's limit of 20,000, with the server's headroom.

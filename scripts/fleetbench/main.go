@@ -30,6 +30,7 @@ func main() {
 	flag.StringVar(&cfg.HubBin, "hub", "bin/einsora-hub", "the einsora-hub binary to measure")
 	flag.DurationVar(&cfg.Window, "window", hub.DefaultPollTimeout, "how long idle CPU and traffic are measured: at least the hub's poll hold (10m), so every agent polls in it (the baseline's 25 s holds divide it)")
 	flag.IntVar(&cfg.Changes, "changes", 60, "single-workload changes measured (create, park, run cycles)")
+	flag.DurationVar(&cfg.ChangeEvery, "change-every", 0, "start the changes this far apart, as a steady flow would come (0: each as soon as the last is woken)")
 	flag.IntVar(&cfg.BurstBatch, "burst-batch", adminapi.MaxCreateBatch, "workloads the burst creates per admin call (POST /v1/workloads/batch), 1 to 1000; 1: a call each, 16 at a time, as before the batch call")
 	keep := flag.Bool("keep", false, "keep the hub's data directory and logs")
 	flag.BoolVar(&cfg.HTTP1, "http1", false, "agents speak HTTP/1.1 instead of HTTP/2, to compare the servers' memory per held poll")
