@@ -83,3 +83,23 @@ func TestCheckpointerCopiesTheLogAfterCommits(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Passes are checkpointGap apart at least, however often the writer
+// commits: each costs two fsyncs, which slow the commits beside them.
+func TestCheckpointerPassesAreSpaced(t *testing.T) {
+	s, _ := openAt(t)
+	ctx := context.Background()
+	start := time.Now()
+	commits := 0
+	for time.Since(start) < 3*checkpointGap {
+		if err := s.Update(ctx, func(tx store.Tx) error { return tx.CreateTenant(store.Tenant{Name: fmt.Sprint("t", commits)}) }); err != nil {
+			t.Fatal(err)
+		}
+		commits++
+	}
+	elapsed := time.Since(start)
+	// The first pass comes at once, then one a gap at most.
+	if passes, most := s.ckpt.passes.Load(), int64(elapsed/checkpointGap)+1; passes > most || passes < 1 {
+		t.Errorf("%d commits in %s: %d checkpoint passes, want 1 to %d (one each %s at most)", commits, elapsed.Round(time.Millisecond), passes, most, checkpointGap)
+	}
+}
