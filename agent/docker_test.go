@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"einsora.dev/edge/drivers"
 	"einsora.dev/edge/drivers/docker"
 	"einsora.dev/edge/internal/dockertest"
+	"einsora.dev/edge/internal/syncbuf"
 	"einsora.dev/edge/internal/testnet"
 	"einsora.dev/edge/protocol"
 )
@@ -95,24 +94,6 @@ func TestRestartOnFailureDocker(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink read while the agent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestDockerWorkloadEndToEnd: through the agent and the real engine, a
 // tiny HTTP server with a command, env, a secret, a published port and a
 // named volume serves its env over the port, its output reaches the
@@ -122,7 +103,7 @@ func (s *syncBuffer) String() string {
 func TestDockerWorkloadEndToEnd(t *testing.T) {
 	cli, image := dockerTestprog(t)
 	dir := t.TempDir()
-	var agentLog syncBuffer
+	var agentLog syncbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&agentLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	machine := "m-e2e-" + randHex()
 	d, err := docker.New(docker.Options{Machine: machine, StateDir: dir, Logger: logger, StopGrace: 5 * time.Second})

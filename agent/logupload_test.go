@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"einsora.dev/edge/internal/syncbuf"
 	"einsora.dev/edge/protocol"
 )
 
@@ -168,7 +169,7 @@ func TestUploadGoesToTheReplicaThatAsked(t *testing.T) {
 	f := newFakeHub()
 	u := &replicaUploader{uploadingHub: &uploadingHub{fakeHub: f, keep: 1, lines: map[string][]protocol.LogLine{}, started: map[string]int{}, ended: map[string]bool{}},
 		urls: map[string]string{}}
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	h := startAgent(t, t.TempDir(), f, func(c *Config) {
 		c.Transport = u
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -215,21 +216,4 @@ func TestUploadGoesToTheReplicaThatAsked(t *testing.T) {
 	if n := strings.Count(logs.String(), "not https:// or is too long"); n < 2 {
 		t.Errorf("%d warnings for two refused URLs:\n%s", n, logs.String())
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"einsora.dev/edge/internal/syncbuf"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,7 +48,7 @@ type solo struct {
 	data   string
 	url    string
 	cmd    *exec.Cmd
-	logs   *lockedBuffer
+	logs   *syncbuf.Buffer
 	exited chan error
 }
 
@@ -63,7 +64,7 @@ func startSoloWith(t *testing.T, data, drivers string) *solo {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := newLockedBuffer()
+	logs := &syncbuf.Buffer{}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

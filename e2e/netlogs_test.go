@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"einsora.dev/edge/internal/syncbuf"
 	"errors"
 	"os"
 	"os/exec"
@@ -112,7 +113,7 @@ func TestNetworkedSpecAndLogs(t *testing.T) {
 
 	// --follow ends when the workload is removed.
 	cmd := exec.Command(bin("einsora-hub"), "workload", "logs", id, "--follow", "--hub", n.adminURL, "--data", n.data)
-	var followOut lockedBuffer
+	var followOut syncbuf.Buffer
 	cmd.Stdout = &followOut
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

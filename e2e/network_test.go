@@ -3,13 +3,13 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"einsora.dev/edge/internal/syncbuf"
 	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,27 +20,8 @@ type process struct {
 	t      *testing.T
 	name   string
 	cmd    *exec.Cmd
-	logs   *lockedBuffer
+	logs   *syncbuf.Buffer
 	exited chan error
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func newLockedBuffer() *lockedBuffer { return &lockedBuffer{} }
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // start runs a binary; lines of its stdout go to the returned channel.
@@ -51,7 +32,7 @@ func start(t *testing.T, name string, args ...string) (*process, <-chan string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &process{t: t, name: name, cmd: cmd, logs: newLockedBuffer(), exited: make(chan error, 1)}
+	p := &process{t: t, name: name, cmd: cmd, logs: &syncbuf.Buffer{}, exited: make(chan error, 1)}
 	cmd.Stderr = p.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

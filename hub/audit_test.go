@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"einsora.dev/edge/clock"
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/hub/store/sqlite"
+	"einsora.dev/edge/internal/syncbuf"
 	"einsora.dev/edge/protocol"
 )
 
@@ -52,24 +52,6 @@ func (s *flakyStore) Update(ctx context.Context, fn func(tx store.Tx) error) err
 	return s.Store.Update(ctx, fn)
 }
 
-// syncBuffer is a log sink the hub's goroutines may share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 var placedLine = regexp.MustCompile(`msg="admit: placed" .*workload=(\S+) machine=\S+ driver=\S+ attempt=(\d+) epoch=(\d+)`)
 
 // The audit log is true: one "admit: placed" line per committed
@@ -85,7 +67,7 @@ func TestAuditLogEqualsThePlacements(t *testing.T) {
 			}
 			defer st.Close()
 			flaky := &flakyStore{Store: st, retry: retry}
-			var log syncBuffer
+			var log syncbuf.Buffer
 			clk := clock.NewFake(epoch)
 			hb, err := New(context.Background(), Config{Store: flaky, Clock: clk, AllowSim: true,
 				Logger: slog.New(slog.NewTextHandler(io.MultiWriter(&log), nil))})
@@ -145,7 +127,7 @@ func TestAuditLogEqualsThePlacements(t *testing.T) {
 // A write refused for a stale epoch logs no placement: the leader paused
 // past its lease, another took it.
 func TestAuditLogOfAStaleLeaderIsEmpty(t *testing.T) {
-	var log syncBuffer
+	var log syncbuf.Buffer
 	h := newTestHub(t)
 	h.log = slog.New(slog.NewTextHandler(&log, nil))
 	h.ctl.log = h.log

@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"einsora.dev/edge/drivers"
+	"einsora.dev/edge/internal/syncbuf"
 	"einsora.dev/edge/internal/testnet"
 	"einsora.dev/edge/protocol"
 )
@@ -58,24 +57,6 @@ func closed(port int) bool {
 	return false
 }
 
-// syncBuffer is a log sink tests can read while the driver writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestSpecHonoured runs a tiny HTTP server with a command, environment, a
 // secret, a published port, a working directory and a named volume, and
 // checks each from outside: over the port, through the engine, and in the
@@ -83,7 +64,7 @@ func (s *syncBuffer) String() string {
 func TestSpecHonoured(t *testing.T) {
 	imgs := requireImages(t)
 	cli := requireEngine(t)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	d := newTestDriver(t, Options{Machine: "m-spec-" + runID, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	ctx := testCtx(t)
 	w := testPrefix + "spec"

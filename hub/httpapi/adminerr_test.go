@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"einsora.dev/edge/hub"
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/hub/store/sqlite"
+	"einsora.dev/edge/internal/syncbuf"
 )
 
 // brokenStore fails, or hangs until the caller gives up, once broken.
@@ -55,23 +54,6 @@ func (s *brokenStore) Update(ctx context.Context, fn func(tx store.Tx) error) er
 	return s.Store.Update(ctx, fn)
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // A store's error reaches the hub's log whole and the admin client in
 // general words, with no user, database or address; a store that does not
 // answer makes the admin API answer 503 in time, not hang (issue 18).
@@ -86,7 +68,7 @@ func TestAdminStoreErrorsAreGenericAndTimed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log lockedBuffer
+	var log syncbuf.Buffer
 	api := New(h, nil, slog.New(slog.NewTextHandler(io.MultiWriter(&log), nil)))
 	srv := httptest.NewServer(api.AdminHandler("secret"))
 	defer srv.Close()

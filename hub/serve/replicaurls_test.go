@@ -2,10 +2,10 @@ package serve_test
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +16,7 @@ import (
 	"einsora.dev/edge/hub/serve"
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/hub/store/storetest"
+	"einsora.dev/edge/internal/syncbuf"
 	"einsora.dev/edge/protocol"
 )
 
@@ -29,28 +30,9 @@ type replica struct {
 	done   sync.WaitGroup
 }
 
-// logBuffer collects what a test's hubs and agents log, to print when it
-// fails or is slow.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// logger logs to l, each line marked with who.
-func (l *logBuffer) logger(who string) *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, nil)).With("who", who)
+// loggerTo logs to w, each line marked with who.
+func loggerTo(w io.Writer, who string) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, nil)).With("who", who)
 }
 
 func startReplica(t *testing.T, st store.Store, hubCA *ca.CA) *replica {
@@ -97,9 +79,9 @@ func (r *replica) stop() {
 // places.
 func TestAgentLearnsAReplicaAndMovesToIt(t *testing.T) {
 	dir, hubCA, st := serve.NewCAAndStore(t)
-	logs := &logBuffer{}
-	a := startReplicaLogging(t, st, hubCA, logs.logger("A"))
-	b := startReplicaLogging(t, st, hubCA, logs.logger("B"))
+	logs := &syncbuf.Buffer{}
+	a := startReplicaLogging(t, st, hubCA, loggerTo(logs, "A"))
+	b := startReplicaLogging(t, st, hubCA, loggerTo(logs, "B"))
 	ctx := context.Background()
 	// Run refreshes on its own timer; here each replica has seen the
 	// other before the agent enrols.
@@ -127,7 +109,7 @@ func TestAgentLearnsAReplicaAndMovesToIt(t *testing.T) {
 	var running sync.WaitGroup
 	running.Go(func() {
 		err := agent.RunNetworked(actx, agent.NetworkedConfig{
-			StateDir: stateDir, Drivers: "sim", Logger: logs.logger("agent"),
+			StateDir: stateDir, Drivers: "sim", Logger: loggerTo(logs, "agent"),
 			Inventory: func(context.Context) protocol.Inventory { return testInventory() },
 		})
 		if err != nil {
