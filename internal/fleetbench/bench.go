@@ -155,7 +155,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	cfg.ConnectLimit = min(cfg.ConnectLimit, maxConnect)
 	cfg.Changes = min(cfg.Changes, 3*cfg.N)
-	if cfg.ChangeEvery < 0 || cfg.ChangeEvery*time.Duration(cfg.Changes) > maxPaced {
+	if cfg.ChangeEvery < 0 || cfg.ChangeEvery > maxPaced/time.Duration(cfg.Changes) {
 		return fmt.Errorf("fleetbench: -change-every %s: want 0 or more, %d changes within %s", cfg.ChangeEvery, cfg.Changes, maxPaced)
 	}
 	lim, err := RaiseOpenFiles()

@@ -151,6 +151,14 @@ func TestPacedChangesWaitTheirTurn(t *testing.T) {
 	if err := waitTurn(ctx, time.Now(), 1, time.Hour); !errors.Is(err, context.Canceled) {
 		t.Errorf("a stopped run waiting its turn: %v, want %v", err, context.Canceled)
 	}
+	// A schedule past an hour is refused before anything starts, however
+	// large the pace (no overflow lets it through).
+	for _, bad := range []time.Duration{-time.Second, time.Minute, 1 << 62} {
+		err := Run(context.Background(), Config{N: 1000, Changes: 100, ChangeEvery: bad, Dir: t.TempDir(), Out: io.Discard})
+		if err == nil || !strings.Contains(err.Error(), "-change-every") {
+			t.Errorf("-change-every %s with 100 changes: %v, want it refused", bad, err)
+		}
+	}
 	if pacing(0) != "back to back" || pacing(every) != "every 20ms" {
 		t.Errorf("pacing says %q and %q", pacing(0), pacing(every))
 	}
