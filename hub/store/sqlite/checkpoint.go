@@ -20,11 +20,11 @@ const writerCheckpointPages = 4000
 
 // checkpointGap is the least time between two passes, so that commits are
 // copied in batches: each pass costs two fsyncs, and the commits beside
-// them wait longer. At 25 ms a steady flow of changes (a few a second)
-// paid a pass for nearly every change, and their wakes and CPU rose by
-// half (docs/performance.md, "Changes at a steady pace"); the writer's
-// own checkpoint at writerCheckpointPages still bounds the log in a
-// burst.
+// them wait longer. At 25 ms a steady flow of changes (20 a second) paid
+// a pass for nearly every change: a third more CPU a change, and a fifth
+// to a quarter on their wakes (docs/performance.md, "Changes at a steady
+// pace"). The writer's own checkpoint at writerCheckpointPages still
+// bounds the log in a burst.
 const checkpointGap = 250 * time.Millisecond
 
 // checkpointer copies the write-ahead log back into the database file on
