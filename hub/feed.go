@@ -19,7 +19,8 @@ import (
 // batch; a sync that changes something (a machine back from silence, new
 // statuses, a new generation) writes its machine's row at once. So the
 // last sync in the store, which the leader reads, is never more than
-// PresenceEvery (plus one commit) behind a machine in touch with any replica.
+// PresenceEvery (plus one commit) behind a machine in touch with any
+// replica.
 type presenceFeed struct {
 	every time.Duration
 	// mu guards the following fields.
@@ -44,8 +45,8 @@ type presenceFeed struct {
 }
 
 // PresenceEvery is how often a replica writes its presence batch: a third
-// of OfflineAfter (15 s by default), so two batches can fail before a
-// machine in touch looks offline.
+// of OfflineAfter (15 s by default). A held poll's keepalives are sized to
+// fit in the rest (serve.KeepAliveIdleFor).
 func PresenceEvery(offlineAfter time.Duration) time.Duration { return offlineAfter / 3 }
 
 func newPresenceFeed(every time.Duration) *presenceFeed {

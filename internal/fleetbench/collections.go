@@ -59,7 +59,7 @@ func readCollections(r io.Reader, started time.Time) []span {
 func collections(ps []*process) []span {
 	var spans []span
 	for _, p := range ps {
-		f, err := os.Open(p.logPath)
+		f, err := os.Open(p.logf.Name())
 		if err != nil {
 			continue
 		}

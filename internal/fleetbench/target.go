@@ -54,7 +54,6 @@ type process struct {
 	// started is when it started; its collections are traced in its log
 	// from logFrom on (see collections).
 	started time.Time
-	logPath string
 	logFrom int64
 }
 
@@ -86,7 +85,7 @@ func startProcess(cmd *exec.Cmd, logPath, marker string) (*process, string, erro
 		logf.Close()
 		return nil, "", fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
-	p := &process{cmd: cmd, logf: logf, started: started, logPath: logPath, logFrom: logFrom}
+	p := &process{cmd: cmd, logf: logf, started: started, logFrom: logFrom}
 	lines := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
