@@ -26,38 +26,15 @@ var (
 // at once when the agent's generation is behind, or holds the call until the
 // machine is woken or the poll timeout passes.
 func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequest) (*protocol.SyncResponse, error) {
-	if err := CheckSyncRequest(req); err != nil {
-		return nil, fmt.Errorf("sync %s: %w: %w", machineID, ErrBadRequest, err)
-	}
-	if h.feed.failingNow() {
-		// Cut off from the store: answer at once, so the agent moves to
-		// a replica that can serve, rather than wait on a store that may
-		// not answer at all.
-		return nil, fmt.Errorf("sync %s: %w: this replica cannot reach its store", machineID, ErrNotReady)
-	}
-	// Wait before reading the generation, so a wake between the read and
-	// the wait is not lost.
-	w, release := h.polls.wait(machineID, signOfLifeOf(ctx))
-	rec, ok := h.recordWithin(machineID, req, release)
-	if !ok {
-		// The store has not committed the report within a presence
-		// batch: it may not answer at all (a replica cut off, before
-		// its batch fails). Send the agent to another replica now.
-		return nil, fmt.Errorf("sync %s: %w: its report waits on this replica's store", machineID, ErrNotReady)
-	}
-	defer release()
-	gen, news, capacity, err := rec.gen, rec.news, rec.capacity, rec.err
+	// What comes before and after the hold is in functions of their own:
+	// this frame stays on the poll's stack for as long as it is held, and
+	// kept small it lets that stack shrink to 8 KiB (docs/performance.md,
+	// "A held poll's stack").
+	w, gen, release, err := h.syncRecord(ctx, machineID, req)
 	if err != nil {
 		return nil, err
 	}
-	if capacity {
-		// What it offers changed: the leader's capacity view reads it.
-		h.wakeLeader(ctx, true, machineID)
-	}
-	if news {
-		h.markDirty(machineID)
-		h.notifyReplicas(ctx, observePrefix+machineID)
-	}
+	defer release()
 	woken := false
 	if req.StoreID == h.store.ID() && req.Generation == gen && !h.logs.pending(machineID) {
 		t := h.clk.NewTimer(holdFor(h.cfg.PollTimeout, nil))
@@ -67,25 +44,84 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 		case <-w.wake:
 			h.polls.held.Add(-1)
 			t.Stop()
-			superseded, to := h.polls.wokenFor(w)
-			if superseded {
-				return nil, fmt.Errorf("sync %s: %w", machineID, ErrSuperseded)
-			}
-			if to != "" {
-				// This replica holds more than its share (rebalance).
-				return &protocol.SyncResponse{StoreID: h.store.ID(), Generation: gen, Unchanged: true, HubTime: h.clk.Now(),
-					Reconnect: &protocol.Reconnect{URL: to}}, nil
+			if resp, err := h.wokenOtherwise(machineID, w, gen); resp != nil || err != nil {
+				return resp, err
 			}
 			woken = true
 		case <-t.C():
 			h.polls.held.Add(-1)
-			return h.addHubs(&protocol.SyncResponse{StoreID: h.store.ID(), Generation: gen, Unchanged: true, HubTime: h.clk.Now()}, req.HubsDigest), nil
+			return h.unchanged(gen, req.HubsDigest), nil
 		case <-ctx.Done():
 			h.polls.held.Add(-1)
 			t.Stop()
 			return nil, ctx.Err()
 		}
 	}
+	return h.syncAnswer(ctx, machineID, req.HubsDigest, w, woken)
+}
+
+// syncRecord checks req, readies the machine's poll to be woken and
+// records the report. It returns the poll, the machine's generation and
+// the poll's release, which the caller defers.
+func (h *Hub) syncRecord(ctx context.Context, machineID string, req *protocol.SyncRequest) (*poll, int64, func(), error) {
+	if err := CheckSyncRequest(req); err != nil {
+		return nil, 0, nil, fmt.Errorf("sync %s: %w: %w", machineID, ErrBadRequest, err)
+	}
+	if h.feed.failingNow() {
+		// Cut off from the store: answer at once, so the agent moves to
+		// a replica that can serve, rather than wait on a store that may
+		// not answer at all.
+		return nil, 0, nil, fmt.Errorf("sync %s: %w: this replica cannot reach its store", machineID, ErrNotReady)
+	}
+	// Wait before reading the generation, so a wake between the read and
+	// the wait is not lost.
+	w, release := h.polls.wait(machineID, signOfLifeOf(ctx))
+	rec, ok := h.recordWithin(machineID, req, release)
+	if !ok {
+		// The store has not committed the report within a presence
+		// batch: it may not answer at all (a replica cut off, before
+		// its batch fails). Send the agent to another replica now.
+		return nil, 0, nil, fmt.Errorf("sync %s: %w: its report waits on this replica's store", machineID, ErrNotReady)
+	}
+	if rec.err != nil {
+		release()
+		return nil, 0, nil, rec.err
+	}
+	if rec.capacity {
+		// What it offers changed: the leader's capacity view reads it.
+		h.wakeLeader(ctx, true, machineID)
+	}
+	if rec.news {
+		h.markDirty(machineID)
+		h.notifyReplicas(ctx, observePrefix+machineID)
+	}
+	return w, rec.gen, release, nil
+}
+
+// unchanged answers a poll whose hold ran out: nothing changed.
+func (h *Hub) unchanged(gen int64, hubsDigest string) *protocol.SyncResponse {
+	return h.addHubs(&protocol.SyncResponse{StoreID: h.store.ID(), Generation: gen, Unchanged: true, HubTime: h.clk.Now()}, hubsDigest)
+}
+
+// wokenOtherwise answers a woken poll that is not to read its desired
+// state: one superseded by a newer poll of its machine, or one sent to
+// another replica (rebalance). Both are nil otherwise.
+func (h *Hub) wokenOtherwise(machineID string, w *poll, gen int64) (*protocol.SyncResponse, error) {
+	superseded, to := h.polls.wokenFor(w)
+	if superseded {
+		return nil, fmt.Errorf("sync %s: %w", machineID, ErrSuperseded)
+	}
+	if to != "" {
+		// This replica holds more than its share (rebalance).
+		return &protocol.SyncResponse{StoreID: h.store.ID(), Generation: gen, Unchanged: true, HubTime: h.clk.Now(),
+			Reconnect: &protocol.Reconnect{URL: to}}, nil
+	}
+	return nil, nil
+}
+
+// syncAnswer answers a sync with the machine's desired state: at once, or
+// once its held poll w was woken.
+func (h *Hub) syncAnswer(ctx context.Context, machineID, hubsDigest string, w *poll, woken bool) (*protocol.SyncResponse, error) {
 	if woken && h.feed.failingNow() {
 		// Woken because this replica lost its store (touchLoop): send
 		// the agent away now; reading its desired state would wait on
@@ -102,7 +138,7 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 		noteWoken(ctx)
 	}
 	if err == nil {
-		resp = h.addHubs(resp, req.HubsDigest)
+		resp = h.addHubs(resp, hubsDigest)
 		resp.Logs = h.logs.take(machineID)
 	}
 	return resp, err

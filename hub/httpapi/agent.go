@@ -15,6 +15,9 @@ import (
 // SyncHandler serves POST /agent/v1/sync. identify names the machine from
 // the request: its verified client certificate over HTTPS.
 func (a *API) SyncHandler(identify func(*http.Request) (string, error)) http.Handler {
+	// The answer is written by a function of its own: this frame stays
+	// on a held poll's stack, kept small (docs/performance.md, "A held
+	// poll's stack").
 	return machineHandler(identify, func(w http.ResponseWriter, r *http.Request, machineID string) {
 		req, err := DecodeSyncRequest(http.MaxBytesReader(w, r.Body, protocol.MaxSyncBody))
 		if err != nil {
@@ -22,22 +25,27 @@ func (a *API) SyncHandler(identify func(*http.Request) (string, error)) http.Han
 			return
 		}
 		resp, err := a.hub.Sync(r.Context(), machineID, req)
-		if _, _, ok := statusOf(err); err != nil && !ok && r.Context().Err() == nil {
-			a.log.Error("sync failed; sending the agent to reconnect", "machine", machineID, "err", err)
-			sendAway(w)
-			return
-		}
-		if err != nil {
-			a.fail(w, r, err, "sync failed", "the hub failed to sync; the agent will retry", "machine", machineID)
-			return
-		}
-		out := *resp // a copy: resp may be the cached desired state
-		out.ProtocolVersion = protocol.Version
-		if a.ReconnectWindow != nil {
-			out.ReconnectWindowMS = a.ReconnectWindow().Milliseconds()
-		}
-		writeJSON(w, http.StatusOK, &out)
+		a.answerSync(w, r, machineID, resp, err)
 	})
+}
+
+// answerSync writes what Sync returned.
+func (a *API) answerSync(w http.ResponseWriter, r *http.Request, machineID string, resp *protocol.SyncResponse, err error) {
+	if _, _, ok := statusOf(err); err != nil && !ok && r.Context().Err() == nil {
+		a.log.Error("sync failed; sending the agent to reconnect", "machine", machineID, "err", err)
+		sendAway(w)
+		return
+	}
+	if err != nil {
+		a.fail(w, r, err, "sync failed", "the hub failed to sync; the agent will retry", "machine", machineID)
+		return
+	}
+	out := *resp // a copy: resp may be the cached desired state
+	out.ProtocolVersion = protocol.Version
+	if a.ReconnectWindow != nil {
+		out.ReconnectWindowMS = a.ReconnectWindow().Milliseconds()
+	}
+	writeJSON(w, http.StatusOK, &out)
 }
 
 // EnrollHandler serves POST /agent/v1/enroll, which needs no client

@@ -408,52 +408,80 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 // each source to its token bucket, and each body to a deadline for its
 // size. Past a budget, 503 with a jittered Retry-After.
 func (s *Server) shed(next http.Handler) http.Handler {
+	// The checks are in functions of their own: this frame stays on a
+	// held poll's stack for as long as the hub holds it, and kept small
+	// it lets that stack shrink to 8 KiB (docs/performance.md, "A held
+	// poll's stack").
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
 			s.inflight.Add(1)
 			defer s.inflight.Add(-1)
-			release, ok := s.active.take(r.Context())
-			if !ok {
-				s.sendAway(w, r)
+			r, release := s.admitMachine(w, r)
+			if release == nil {
 				return
 			}
 			defer release()
-			id, err := s.identifyRequest(r)
-			ctx := context.WithValue(r.Context(), identityKey{}, identity{id, err})
-			r = r.WithContext(hub.OnHeld(ctx, release))
-			if err == nil {
-				if ok, wait := s.gate.admit(id); !ok {
-					s.noteShed()
-					retryAfterHeader(w, wait)
-					writeError(w, http.StatusServiceUnavailable, "the hub just started and takes its machines back at a steady rate; come back after Retry-After")
-					return
-				}
-			}
 			next.ServeHTTP(w, r)
 			return
 		}
-		// Served, even if refused: the conn is cut once idle.
-		if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
-			if cc := countedOf(c); cc != nil {
-				cc.served.Store(true)
-			}
-		}
-		if ok, wait := s.enrollers.take(sourceKey(r.RemoteAddr)); !ok {
-			retryAfterHeader(w, wait)
-			writeError(w, http.StatusTooManyRequests, "too many requests from this address; try again after Retry-After")
+		if !s.admitAnonymous(w, r) {
 			return
 		}
-		// The server's ReadTimeout is for agents' long bodies; a peer
-		// without a certificate gets only what its declared size needs.
-		http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.limits.bodyTimeout(r.ContentLength)))
-		n := s.anonymous.Add(1)
 		defer s.anonymous.Add(-1)
-		if n > int64(s.limits.MaxAnonActive) {
-			s.busy(w, r)
-			return
-		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// admitMachine takes a request of an enrolled machine into the budget of
+// requests in flight and returns it with its identity, and the release of
+// its place; release is nil when it answered the request itself, sending
+// it away.
+func (s *Server) admitMachine(w http.ResponseWriter, r *http.Request) (_ *http.Request, release func()) {
+	release, ok := s.active.take(r.Context())
+	if !ok {
+		s.sendAway(w, r)
+		return r, nil
+	}
+	id, err := s.identifyRequest(r)
+	ctx := context.WithValue(r.Context(), identityKey{}, identity{id, err})
+	r = r.WithContext(hub.OnHeld(ctx, release))
+	if err == nil {
+		if ok, wait := s.gate.admit(id); !ok {
+			release()
+			s.noteShed()
+			retryAfterHeader(w, wait)
+			writeError(w, http.StatusServiceUnavailable, "the hub just started and takes its machines back at a steady rate; come back after Retry-After")
+			return r, nil
+		}
+	}
+	return r, release
+}
+
+// admitAnonymous takes a request without a client certificate into its
+// source's bucket and the budget of such requests in flight, or answers
+// it and returns false. When it returns true, the caller gives its place
+// back (s.anonymous) once it has served it.
+func (s *Server) admitAnonymous(w http.ResponseWriter, r *http.Request) bool {
+	// Served, even if refused: the conn is cut once idle.
+	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+		if cc := countedOf(c); cc != nil {
+			cc.served.Store(true)
+		}
+	}
+	if ok, wait := s.enrollers.take(sourceKey(r.RemoteAddr)); !ok {
+		retryAfterHeader(w, wait)
+		writeError(w, http.StatusTooManyRequests, "too many requests from this address; try again after Retry-After")
+		return false
+	}
+	// The server's ReadTimeout is for agents' long bodies; a peer
+	// without a certificate gets only what its declared size needs.
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.limits.bodyTimeout(r.ContentLength)))
+	if n := s.anonymous.Add(1); n > int64(s.limits.MaxAnonActive) {
+		s.anonymous.Add(-1)
+		s.busy(w, r)
+		return false
+	}
+	return true
 }
 
 func (s *Server) busy(w http.ResponseWriter, r *http.Request) {
