@@ -7,6 +7,7 @@ package metrics
 import (
 	"context"
 	"net/http"
+	"regexp"
 	"runtime"
 	"time"
 
@@ -100,12 +101,21 @@ func New(o Options) *Hub {
 	}
 	m.reg.MustRegister(m.syncs, m.wake, m.admit, m.placements, m.commit, m.handshakes, m.resumed, m.refusals,
 		m.enrolments, m.renewals, m.revocations, m.scrapeErrors,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(stackScanned)),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "einsora_hub_build_info",
 		Help:        "Always 1; the labels say which hub runs.",
 		ConstLabels: prometheus.Labels{"version": o.Version, "goversion": runtime.Version()}}, func() float64 { return 1 }))
 	return m
 }
+
+// stackScanned adds go_gc_scan_stack_bytes to the Go runtime's default
+// metrics: the stack its goroutines use, as the last collection scanned
+// it. A collection halves a goroutine's stack only while it uses less than
+// a quarter of it, so beside go_memstats_stack_inuse_bytes (what they
+// keep) it tells why held polls cost what they do (docs/performance.md,
+// "A held poll's stack").
+var stackScanned = collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/scan/stack:bytes$`)}
 
 // Watch registers the collectors that read f at each scrape: machines by
 // state and region, long polls held, and leadership. Call it once.
