@@ -104,10 +104,13 @@ const (
 
 // result is one target's figures.
 type result struct {
-	enrolPerSec           float64
-	cold                  time.Duration
-	coldDials             float64
-	rssPerAgentKiB        float64
+	enrolPerSec    float64
+	cold           time.Duration
+	coldDials      float64
+	rssPerAgentKiB float64
+	// rssEndPerAgentKiB is the same at the idle window's end: the
+	// collections at idle have shrunk the held polls' stacks by then.
+	rssEndPerAgentKiB     float64
 	idleCPUPerAgentHour   time.Duration
 	idleBytesPerAgentHour float64
 	// idleWirePerAgentHour adds the TCP/IP headers of every segment, the
@@ -295,6 +298,11 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	if err != nil {
 		return r, err
 	}
+	rss2, err := sumRSS(pids(t))
+	if err != nil {
+		return r, err
+	}
+	r.rssEndPerAgentKiB = float64(rss2-rss0) / float64(cfg.N)
 	idleRate := float64(cpu1-cpu0) / cfg.Window.Seconds() // CPU per second of wall time
 	hours := cfg.Window.Hours()
 	r.idleCPUPerAgentHour = time.Duration(idleRate * 3600 / float64(cfg.N))
@@ -313,8 +321,8 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	if lost1 := testnet.BacklogDrops(); lost0 >= 0 && lost1 >= 0 {
 		drops = lost1 - lost0
 	}
-	fmt.Fprintf(cfg.Out, "  idle: hub RSS +%.1f KiB per agent, CPU %s per agent-hour, %.1f KB per agent-hour (%.1f KB on the wire); failed syncs: %s; packets lost to loopback's backlog: %d\n",
-		r.rssPerAgentKiB, r.idleCPUPerAgentHour.Round(time.Microsecond), r.idleBytesPerAgentHour/1000, r.idleWirePerAgentHour/1000, f.causes.take(), drops)
+	fmt.Fprintf(cfg.Out, "  idle: hub RSS +%.1f KiB per agent (+%.1f KiB at the window's end), CPU %s per agent-hour, %.1f KB per agent-hour (%.1f KB on the wire); failed syncs: %s; packets lost to loopback's backlog: %d\n",
+		r.rssPerAgentKiB, r.rssEndPerAgentKiB, r.idleCPUPerAgentHour.Round(time.Microsecond), r.idleBytesPerAgentHour/1000, r.idleWirePerAgentHour/1000, f.causes.take(), drops)
 
 	// Single-workload changes, each waited for before the next. Among
 	// replicas, a create goes to each replica in turn (the leader places
@@ -613,6 +621,9 @@ func printTable(w io.Writer, n int, cols []column) {
 	row("one workload per machine in a burst: the last agent has its own", dur(s, func(r result) time.Duration { return r.burst }))
 	row("hub RSS per idle connected agent", func(r result) (string, float64, bool) {
 		return fmt.Sprintf("%.1f KiB", r.rssPerAgentKiB), r.rssPerAgentKiB, true
+	})
+	row("the same at the idle window's end", func(r result) (string, float64, bool) {
+		return fmt.Sprintf("%.1f KiB", r.rssEndPerAgentKiB), r.rssEndPerAgentKiB, true
 	})
 	row("idle traffic per agent-hour (TLS records, both ways)", func(r result) (string, float64, bool) {
 		return fmt.Sprintf("%.1f KB", r.idleBytesPerAgentHour/1000), r.idleBytesPerAgentHour, true
