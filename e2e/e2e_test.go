@@ -5,7 +5,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"einsora.dev/edge/internal/syncbuf"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"einsora.dev/edge/internal/syncbuf"
 )
 
 var binDir string

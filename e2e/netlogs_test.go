@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"einsora.dev/edge/internal/syncbuf"
 	"errors"
 	"os"
 	"os/exec"
@@ -11,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"einsora.dev/edge/internal/syncbuf"
 )
 
 // networkedHub starts `einsora-hub serve` and one enrolled agent running

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"einsora.dev/edge/internal/syncbuf"
 	"encoding/json"
 	"errors"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"einsora.dev/edge/internal/syncbuf"
 )
 
 // process is a running binary whose stderr is kept.

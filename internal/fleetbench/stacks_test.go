@@ -103,9 +103,10 @@ func stacksAfterCollections(ctx context.Context, t *testing.T, api *adminapi.Cli
 		}
 	}
 	st := stacks{-1, -1}
+	into := map[string]*int64{"go_gc_scan_stack_bytes ": &st.scanned, "go_memstats_stack_inuse_bytes ": &st.inuse}
 	err := adminGet(ctx, api, "/metrics", func(sc *bufio.Scanner) error {
 		for sc.Scan() {
-			for name, to := range map[string]*int64{"go_gc_scan_stack_bytes ": &st.scanned, "go_memstats_stack_inuse_bytes ": &st.inuse} {
+			for name, to := range into {
 				if v, ok := strings.CutPrefix(sc.Text(), name); ok {
 					f, err := strconv.ParseFloat(v, 64)
 					if err != nil {
