@@ -38,6 +38,7 @@ const baselineHold = 25 * time.Second
 // speaks the sync path's JSON so the same hubclient drives both.
 type baselineTarget struct {
 	self, dir     string
+	park          bool
 	listen, admin string
 	agentURL      string
 	adminURL      string
@@ -46,11 +47,22 @@ type baselineTarget struct {
 	caKey         *ecdsa.PrivateKey
 }
 
-func newBaselineTarget(self, dir string) *baselineTarget {
-	return &baselineTarget{self: self, dir: dir, listen: "127.0.0.1:0", admin: "127.0.0.1:0"}
+// newBaselineTarget is the baseline; with park, the same server parking
+// its held polls, which its agents reach over HTTP/1.1 (parkPoll).
+func newBaselineTarget(self, dir string, park bool) *baselineTarget {
+	return &baselineTarget{self: self, dir: dir, park: park, listen: "127.0.0.1:0", admin: "127.0.0.1:0"}
 }
 
-func (b *baselineTarget) name() string      { return "stock Go TLS long poll" }
+func (b *baselineTarget) name() string {
+	if b.park {
+		return "Go TLS long poll, parked (HTTP/1.1)"
+	}
+	return "stock Go TLS long poll"
+}
+
+// http1Only: a parked poll is HTTP/1.1's, whose connection can be taken.
+func (b *baselineTarget) http1Only() bool { return b.park }
+
 func (b *baselineTarget) urls() []string    { return []string{b.agentURL} }
 func (b *baselineTarget) procs() []*process { return []*process{b.p} }
 func (b *baselineTarget) crash(int)         { b.p.kill() }
@@ -65,6 +77,9 @@ func (b *baselineTarget) start() error {
 	}
 	cmd := exec.Command(b.self)
 	cmd.Env = append(os.Environ(), BaselineEnv+"="+b.dir, "FLEETBENCH_LISTEN="+b.listen, "FLEETBENCH_ADMIN="+b.admin)
+	if b.park {
+		cmd.Env = append(cmd.Env, ParkEnv+"=1")
+	}
 	p, line, err := startProcess(cmd, filepath.Join(b.dir, "baseline.log"), "baseline: admin on")
 	if err != nil {
 		return err
@@ -196,13 +211,30 @@ func (b *baselineTarget) burst(ctx context.Context, n int) ([]string, error) {
 type baseline struct {
 	mu       sync.Mutex
 	machines map[string]*baseMachine
+	// park makes the server park its held polls over HTTP/1.1; parked
+	// are those parked now, and back takes their connections back to
+	// net/http once answered.
+	park   bool
+	parked map[*parkedPoll]struct{}
+	back   chan net.Conn
+	// hold is how long a poll is held; closed ends the parking (tests).
+	hold   time.Duration
+	closed chan struct{}
+}
+
+func newBaseline(park bool) *baseline {
+	return &baseline{
+		machines: map[string]*baseMachine{}, park: park, parked: map[*parkedPoll]struct{}{},
+		back: make(chan net.Conn), hold: baselineHold, closed: make(chan struct{}),
+	}
 }
 
 type baseMachine struct {
-	seen time.Time
-	gen  int64
-	ws   []protocol.DesiredWorkload
-	wake chan struct{}
+	seen   time.Time
+	gen    int64
+	ws     []protocol.DesiredWorkload
+	wake   chan struct{}
+	parked *parkedPoll
 }
 
 func (s *baseline) machine(name string) *baseMachine {
@@ -221,6 +253,17 @@ func (s *baseline) setLocked(name, id string, mode protocol.Mode) {
 	m.ws = []protocol.DesiredWorkload{{ID: id, Attempt: 1, Mode: mode, Kind: protocol.KindContainer, Driver: "sim", Image: "sim:"}}
 	close(m.wake)
 	m.wake = make(chan struct{})
+	if m.parked != nil {
+		go s.release(m.parked)
+	}
+}
+
+// answer is m's answer to an agent that has generation have.
+func answer(m *baseMachine, have int64) protocol.SyncResponse {
+	if m.gen == have {
+		return protocol.SyncResponse{StoreID: "baseline", Generation: have, Unchanged: true}
+	}
+	return protocol.SyncResponse{StoreID: "baseline", Generation: m.gen, Workloads: m.ws}
 }
 
 func (s *baseline) sync(w http.ResponseWriter, r *http.Request) {
@@ -240,7 +283,10 @@ func (s *baseline) sync(w http.ResponseWriter, r *http.Request) {
 	gen, wake := m.gen, m.wake
 	s.mu.Unlock()
 	if req.Generation == gen {
-		t := time.NewTimer(baselineHold)
+		if s.park && s.parkPoll(w, r, m, gen) {
+			return
+		}
+		t := time.NewTimer(s.hold)
 		select {
 		case <-wake:
 		case <-t.C:
@@ -249,13 +295,20 @@ func (s *baseline) sync(w http.ResponseWriter, r *http.Request) {
 		t.Stop()
 	}
 	s.mu.Lock()
-	resp := protocol.SyncResponse{StoreID: "baseline", Generation: m.gen, Workloads: m.ws}
+	resp := answer(m, req.Generation)
 	s.mu.Unlock()
-	if resp.Generation == req.Generation {
-		resp = protocol.SyncResponse{StoreID: "baseline", Generation: req.Generation, Unchanged: true}
-	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(resp)
+}
+
+// server is the baseline's agent server, with the server certificate
+// cert and the agents' CA pool.
+func (s *baseline) server(cert tls.Certificate, pool *x509.CertPool) *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+protocol.SyncPath, s.sync)
+	return &http.Server{Handler: mux, TLSConfig: &tls.Config{
+		Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool, MinVersion: tls.VersionTLS13,
+	}}
 }
 
 // ServeBaseline serves the baseline until killed, with the certificates
@@ -271,15 +324,14 @@ func ServeBaseline(dir string) error {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(caCert)
-	s := &baseline{machines: map[string]*baseMachine{}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+protocol.SyncPath, s.sync)
-	srv := &http.Server{Handler: mux, TLSConfig: &tls.Config{
-		Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool, MinVersion: tls.VersionTLS13,
-	}}
+	s := newBaseline(os.Getenv(ParkEnv) == "1")
+	srv := s.server(cert, pool)
 	ln, err := net.Listen("tcp", os.Getenv("FLEETBENCH_LISTEN"))
 	if err != nil {
 		return err
+	}
+	if s.park {
+		s.serveParked(srv, ln.Addr())
 	}
 	adm := http.NewServeMux()
 	adm.HandleFunc("POST /change", func(w http.ResponseWriter, r *http.Request) {

@@ -44,6 +44,11 @@ type Config struct {
 	// HTTP1 makes the agents speak HTTP/1.1 instead of HTTP/2, to compare
 	// the servers' cost per held poll.
 	HTTP1 bool
+	// Park also measures the baseline parking its held polls: each poll's
+	// connection taken from net/http over HTTP/1.1 while it is held, so
+	// that no goroutine waits on it (a design's memory per held poll,
+	// measured before the hub would take it).
+	Park bool
 	// Replicas, when above 1, also measures that many einsora-hub serve
 	// processes on one PostgreSQL database, agents spread over them, and
 	// one hub on that database, before the baseline.
@@ -201,11 +206,20 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		targets = append(targets, newHubTarget(cfg.HubBin, filepath.Join(cfg.Dir, "hub"), "", 1, cfg.hubArgs(), cfg.BurstBatch))
 	}
-	baseDir := filepath.Join(cfg.Dir, "baseline")
-	if err := os.MkdirAll(baseDir, 0o700); err != nil {
-		return err
+	parks := []bool{false}
+	if cfg.Park {
+		parks = append(parks, true)
 	}
-	targets = append(targets, newBaselineTarget(cfg.Self, baseDir))
+	for _, park := range parks {
+		baseDir := filepath.Join(cfg.Dir, "baseline")
+		if park {
+			baseDir += "-parked"
+		}
+		if err := os.MkdirAll(baseDir, 0o700); err != nil {
+			return err
+		}
+		targets = append(targets, newBaselineTarget(cfg.Self, baseDir, park))
+	}
 	var cols []column
 	for _, t := range targets {
 		r, err := measure(ctx, cfg, t)
@@ -223,6 +237,12 @@ func Run(ctx context.Context, cfg Config) error {
 // its own process with its own limit (RLIMIT_NOFILE is per process;
 // the server inherits the bench's raised soft limit).
 func openFilesNeeded(n int) uint64 { return uint64(n + fdHeadroom) }
+
+// http1Only reports whether t's agents must speak HTTP/1.1.
+func http1Only(t target) bool {
+	h, ok := t.(interface{ http1Only() bool })
+	return ok && h.http1Only()
+}
 
 // column is one target's figures in the table.
 type column struct {
@@ -260,7 +280,7 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	if err != nil {
 		return r, err
 	}
-	f, err := newFleet(urls, creds, cfg.HTTP1)
+	f, err := newFleet(urls, creds, cfg.HTTP1 || http1Only(t))
 	if err != nil {
 		return r, err
 	}

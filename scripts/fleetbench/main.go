@@ -34,6 +34,7 @@ func main() {
 	flag.IntVar(&cfg.BurstBatch, "burst-batch", adminapi.MaxCreateBatch, "workloads the burst creates per admin call (POST /v1/workloads/batch), 1 to 1000; 1: a call each, 16 at a time, as before the batch call")
 	keep := flag.Bool("keep", false, "keep the hub's data directory and logs")
 	flag.BoolVar(&cfg.HTTP1, "http1", false, "agents speak HTTP/1.1 instead of HTTP/2, to compare the servers' memory per held poll")
+	flag.BoolVar(&cfg.Park, "park", false, "also measure the baseline parking its held polls: each poll's connection taken from net/http (HTTP/1.1) while held, no goroutine on it")
 	flag.IntVar(&cfg.Replicas, "replicas", 1, "above 1: also measure that many einsora-hub serve replicas on one PostgreSQL database, agents spread over them, and one hub on that database")
 	flag.StringVar(&cfg.Store, "store", "", "PostgreSQL URL (postgres://…) for the hubs, each run in a schema of its own; default with -replicas: a throwaway server from /usr/lib/postgresql/*/bin; else SQLite")
 	flag.DurationVar(&cfg.HandshakeTimeout, "handshake-timeout", 10*time.Second, "the hubs' --handshake-timeout (0: the hub's default, 2s): this process's agents share the hub's cores, so past a few thousand at once they answer a handshake later than real agents, each on its own CPU")
