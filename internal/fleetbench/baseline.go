@@ -280,13 +280,13 @@ func (s *baseline) sync(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	m := s.machine(name)
 	m.seen = time.Now()
-	gen, wake := m.gen, m.wake
+	gen, wake, hold := m.gen, m.wake, s.hold
 	s.mu.Unlock()
 	if req.Generation == gen {
 		if s.park && s.parkPoll(w, r, m, gen) {
 			return
 		}
-		t := time.NewTimer(s.hold)
+		t := time.NewTimer(hold)
 		select {
 		case <-wake:
 		case <-t.C:
