@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 )
 
@@ -144,10 +146,7 @@ func (s *baseline) serveParked(srv *http.Server, addr net.Addr) {
 // background would have noticed.
 func (s *baseline) sweep() {
 	s.mu.Lock()
-	ps := make([]*parkedPoll, 0, len(s.parked))
-	for p := range s.parked {
-		ps = append(ps, p)
-	}
+	ps := slices.Collect(maps.Keys(s.parked))
 	s.mu.Unlock()
 	for _, p := range ps {
 		if !peerGone(p.conn.NetConn()) {
