@@ -9,6 +9,10 @@ type Clock interface {
 	Now() time.Time
 	// NewTimer behaves like time.NewTimer.
 	NewTimer(d time.Duration) Timer
+	// AfterFunc behaves like time.AfterFunc: f runs in a goroutine of its
+	// own once d has passed, unless the timer is stopped first. Nothing
+	// waits meanwhile (a parked poll's hold). Its timer's C is nil.
+	AfterFunc(d time.Duration, f func()) Timer
 }
 
 // Timer is the part of *time.Timer that code uses.
@@ -24,6 +28,8 @@ type Real struct{}
 func (Real) Now() time.Time { return time.Now() }
 
 func (Real) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+func (Real) AfterFunc(d time.Duration, f func()) Timer { return realTimer{time.AfterFunc(d, f)} }
 
 type realTimer struct{ t *time.Timer }
 

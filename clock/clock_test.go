@@ -33,6 +33,34 @@ func TestFakeFiresTimersInOrderAsTimePasses(t *testing.T) {
 	}
 }
 
+func TestFakeAfterFuncRunsOnceItsTimePassesUnlessStopped(t *testing.T) {
+	f := NewFake(time.Now())
+	ran := make(chan string, 2)
+	f.AfterFunc(time.Minute, func() { ran <- "due" })
+	stopped := f.AfterFunc(time.Minute, func() { ran <- "stopped" })
+	f.Advance(59 * time.Second)
+	if !stopped.Stop() {
+		t.Fatal("Stop found the timer gone before its time")
+	}
+	select {
+	case got := <-ran:
+		t.Fatalf("%s ran before its time", got)
+	default:
+	}
+	f.Advance(time.Second)
+	if got := <-ran; got != "due" {
+		t.Fatalf("ran %s", got)
+	}
+	if f.Timers() != 0 {
+		t.Errorf("%d timers waiting, want 0", f.Timers())
+	}
+	select {
+	case got := <-ran:
+		t.Errorf("%s ran too", got)
+	case <-time.After(20 * time.Millisecond):
+	}
+}
+
 func TestSleepReturnsFalseWhenDone(t *testing.T) {
 	f := NewFake(time.Now())
 	done := make(chan struct{})

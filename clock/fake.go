@@ -32,6 +32,15 @@ func (f *Fake) NewTimer(d time.Duration) Timer {
 	return t
 }
 
+// AfterFunc runs f in a goroutine of its own when Advance passes d.
+func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := &fakeTimer{f: f, fn: fn}
+	f.scheduleLocked(t, d)
+	return t
+}
+
 // Advance moves the clock forward by d, firing every timer it passes.
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()
@@ -41,10 +50,7 @@ func (f *Fake) Advance(d time.Duration) {
 	kept := f.timers[:0]
 	for _, t := range f.timers {
 		if !t.when.After(f.now) {
-			select {
-			case t.c <- f.now:
-			default:
-			}
+			t.fire(f.now)
 			continue
 		}
 		kept = append(kept, t)
@@ -63,10 +69,7 @@ func (f *Fake) Timers() int {
 func (f *Fake) scheduleLocked(t *fakeTimer, d time.Duration) {
 	t.when = f.now.Add(d)
 	if d <= 0 {
-		select {
-		case t.c <- f.now:
-		default:
-		}
+		t.fire(f.now)
 		return
 	}
 	f.timers = append(f.timers, t)
@@ -85,7 +88,20 @@ func (f *Fake) removeLocked(t *fakeTimer) bool {
 type fakeTimer struct {
 	f    *Fake
 	c    chan time.Time
+	fn   func() // AfterFunc's; c is nil then
 	when time.Time
+}
+
+// fire sends now on t's channel, or runs its func, as the real timer does.
+func (t *fakeTimer) fire(now time.Time) {
+	if t.fn != nil {
+		go t.fn()
+		return
+	}
+	select {
+	case t.c <- now:
+	default:
+	}
 }
 
 func (t *fakeTimer) C() <-chan time.Time { return t.c }
