@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"einsora.dev/edge/internal/parkconn"
 	"einsora.dev/edge/protocol"
 )
 
@@ -216,7 +217,7 @@ type baseline struct {
 	// net/http once answered.
 	park   bool
 	parked map[*parkedPoll]struct{}
-	back   chan net.Conn
+	back   *parkconn.Listener
 	// hold is how long a poll is held; closed ends the parking (tests).
 	hold   time.Duration
 	closed chan struct{}
@@ -225,7 +226,7 @@ type baseline struct {
 func newBaseline(park bool) *baseline {
 	return &baseline{
 		machines: map[string]*baseMachine{}, park: park, parked: map[*parkedPoll]struct{}{},
-		back: make(chan net.Conn), hold: baselineHold, closed: make(chan struct{}),
+		hold: baselineHold, closed: make(chan struct{}),
 	}
 }
 

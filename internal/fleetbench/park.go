@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"slices"
 	"time"
+
+	"einsora.dev/edge/internal/parkconn"
 )
 
 // ParkEnv, set to 1 in the baseline's environment, makes it park its held
@@ -101,7 +103,7 @@ func (s *baseline) release(p *parkedPoll) {
 		s.mu.Unlock()
 		return
 	}
-	resp := answer(p.m, p.gen)
+	resp, back := answer(p.m, p.gen), s.back
 	s.mu.Unlock()
 	body, err := json.Marshal(resp)
 	if err != nil {
@@ -116,9 +118,7 @@ func (s *baseline) release(p *parkedPoll) {
 		return
 	}
 	p.conn.SetWriteDeadline(time.Time{})
-	select {
-	case s.back <- p.conn:
-	case <-s.closed:
+	if !back.Give(p.conn) {
 		p.conn.Close()
 	}
 }
@@ -126,7 +126,11 @@ func (s *baseline) release(p *parkedPoll) {
 // serveParked serves the connections of answered parked polls on srv
 // and sweeps the parked ones, until s.closed.
 func (s *baseline) serveParked(srv *http.Server, addr net.Addr) {
-	go srv.Serve(backListener{conns: s.back, closed: s.closed, addr: addr})
+	back := parkconn.NewListener(addr)
+	s.mu.Lock()
+	s.back = back
+	s.mu.Unlock()
+	go srv.Serve(back)
 	go func() {
 		t := time.NewTicker(parkSweepEvery)
 		defer t.Stop()
@@ -149,7 +153,7 @@ func (s *baseline) sweep() {
 	ps := slices.Collect(maps.Keys(s.parked))
 	s.mu.Unlock()
 	for _, p := range ps {
-		if !peerGone(p.conn.NetConn()) {
+		if !parkconn.PeerGone(p.conn.NetConn()) {
 			continue
 		}
 		s.mu.Lock()
@@ -160,24 +164,3 @@ func (s *baseline) sweep() {
 		}
 	}
 }
-
-// backListener hands net/http the connections whose parked poll was
-// answered, to serve their next request.
-type backListener struct {
-	conns  <-chan net.Conn
-	closed <-chan struct{}
-	addr   net.Addr
-}
-
-func (l backListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-// Close leaves the connections to the baseline, which closes them.
-func (l backListener) Close() error   { return nil }
-func (l backListener) Addr() net.Addr { return l.addr }

@@ -1,8 +1,8 @@
 //go:build !unix
 
-package fleetbench
+package parkconn
 
 import "net"
 
-// peerGone cannot peek here: a parked connection stays until its hold ends.
-func peerGone(net.Conn) bool { return false }
+// PeerGone cannot peek here: a parked connection stays until its hold ends.
+func PeerGone(net.Conn) bool { return false }

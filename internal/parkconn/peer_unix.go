@@ -1,6 +1,6 @@
 //go:build unix
 
-package fleetbench
+package parkconn
 
 import (
 	"errors"
@@ -8,11 +8,11 @@ import (
 	"syscall"
 )
 
-// peerGone reports whether a parked connection's peer has closed or reset
+// PeerGone reports whether a parked connection's peer has closed or reset
 // it, its keepalives have failed, or it sent anything: an HTTP/1.1 client
 // sends nothing while it waits for an answer but a close_notify before
 // its FIN. It peeks without waiting.
-func peerGone(c net.Conn) bool {
+func PeerGone(c net.Conn) bool {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return false
