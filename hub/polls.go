@@ -42,6 +42,9 @@ type polls struct {
 
 type poll struct {
 	wake chan struct{}
+	// onWake, set under polls.mu (parked), runs when the poll is woken,
+	// under polls.mu: it must not block.
+	onWake func()
 	// heard is when the poll's connection last showed its peer alive;
 	// nil for a poll without one (the in-process agent), always alive.
 	heard func() time.Time
@@ -63,7 +66,7 @@ func (p *polls) wait(machineID string, heard func() time.Time) (*poll, func()) {
 	defer p.mu.Unlock()
 	if old := p.waiting[machineID]; old != nil {
 		old.superseded = true
-		close(old.wake)
+		old.fire()
 	}
 	w := &poll{wake: make(chan struct{}), heard: heard}
 	p.waiting[machineID] = w
@@ -74,6 +77,29 @@ func (p *polls) wait(machineID string, heard func() time.Time) (*poll, func()) {
 			delete(p.waiting, machineID)
 		}
 	}
+}
+
+// fire wakes w, under polls.mu: it closes w.wake, which a holding Sync
+// waits on, and runs a parked poll's onWake.
+func (w *poll) fire() {
+	close(w.wake)
+	if w.onWake != nil {
+		w.onWake()
+	}
+}
+
+// parked sets w's onWake, unless w was woken already: then it reports
+// false, and the poll is answered as a held one would be.
+func (p *polls) parked(w *poll, onWake func()) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-w.wake:
+		return false
+	default:
+	}
+	w.onWake = onWake
+	return true
 }
 
 // wokenFor is why w was woken, read at once: a newer poll of its machine
@@ -99,7 +125,7 @@ func (p *polls) wake(machineID string, committed time.Time) {
 	defer p.mu.Unlock()
 	if w := p.waiting[machineID]; w != nil {
 		w.committed = committed
-		close(w.wake)
+		w.fire()
 		delete(p.waiting, machineID)
 	}
 }
@@ -119,7 +145,7 @@ func (p *polls) sendAway(n int, url string) int {
 			continue
 		}
 		w.moveTo = url
-		close(w.wake)
+		w.fire()
 		delete(p.waiting, id)
 		sent++
 	}
@@ -132,7 +158,7 @@ func (p *polls) wakeEvery() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for id, w := range p.waiting {
-		close(w.wake)
+		w.fire()
 		delete(p.waiting, id)
 	}
 }

@@ -24,7 +24,8 @@ var (
 // (named by its client certificate, or the in-process agent's ID). It
 // records the report, then answers with the machine's complete desired state
 // at once when the agent's generation is behind, or holds the call until the
-// machine is woken or the poll timeout passes.
+// machine is woken or the poll timeout passes. With WithParking, a poll to
+// be held is parked instead, and Sync returns ErrParked at once.
 func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequest) (*protocol.SyncResponse, error) {
 	// What comes before and after the hold is in functions of their own:
 	// this frame stays on the poll's stack for as long as it is held, and
@@ -34,9 +35,13 @@ func (h *Hub) Sync(ctx context.Context, machineID string, req *protocol.SyncRequ
 	if err != nil {
 		return nil, err
 	}
+	hold := req.StoreID == h.store.ID() && req.Generation == gen && !h.logs.pending(machineID)
+	if pk := parkingOf(ctx); hold && pk != nil && h.park(ctx, pk, machineID, req.HubsDigest, w, gen, release) {
+		return nil, ErrParked
+	}
 	defer release()
 	woken := false
-	if req.StoreID == h.store.ID() && req.Generation == gen && !h.logs.pending(machineID) {
+	if hold {
 		t := h.clk.NewTimer(holdFor(h.cfg.PollTimeout, nil))
 		h.polls.held.Add(1)
 		noteHeld(ctx)

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,8 +25,46 @@ func (a *API) SyncHandler(identify func(*http.Request) (string, error)) http.Han
 			writeDecodeError(w, err)
 			return
 		}
-		resp, err := a.hub.Sync(r.Context(), machineID, req)
+		resp, err := a.hub.Sync(a.parking(r, machineID), machineID, req)
+		if errors.Is(err, hub.ErrParked) {
+			return
+		}
 		a.answerSync(w, r, machineID, resp, err)
+	})
+}
+
+// A Parker takes a held poll's connection off the server while the hub
+// parks the poll (hub.Parking); the server that can do so puts it in the
+// request's context (WithParker).
+type Parker interface {
+	// Parked: the hub parked the poll; cancel ends it unanswered.
+	Parked(cancel func())
+	// Answer writes the parked poll's answer, as write would write it to
+	// a ResponseWriter.
+	Answer(write func(http.ResponseWriter))
+}
+
+type parkerKey struct{}
+
+// WithParker returns ctx offering p to park a poll the hub would hold.
+func WithParker(ctx context.Context, p Parker) context.Context {
+	return context.WithValue(ctx, parkerKey{}, p)
+}
+
+// parking is r's context, asking the hub to park a poll it would hold
+// where r's server offered a Parker. The answer is then written later, as
+// answerSync writes it now.
+func (a *API) parking(r *http.Request, machineID string) context.Context {
+	pk, _ := r.Context().Value(parkerKey{}).(Parker)
+	if pk == nil {
+		return r.Context()
+	}
+	later := r.WithContext(context.WithoutCancel(r.Context()))
+	return hub.WithParking(r.Context(), &hub.Parking{
+		Parked: pk.Parked,
+		Deliver: func(resp *protocol.SyncResponse, err error) {
+			pk.Answer(func(w http.ResponseWriter) { a.answerSync(w, later, machineID, resp, err) })
+		},
 	})
 }
 
