@@ -1,9 +1,11 @@
 package serve
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 
@@ -123,7 +125,8 @@ func (s timedStore) Update(ctx context.Context, fn func(tx store.Tx) error) erro
 // statusWriter keeps the status a handler wrote, for the metrics.
 type statusWriter struct {
 	http.ResponseWriter
-	code int
+	code     int
+	hijacked bool
 }
 
 func (s *statusWriter) WriteHeader(code int) {
@@ -142,12 +145,21 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
+// Hijack takes the connection for a parked poll, whose answer is counted
+// when written (writeParked), not here.
+func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	s.hijacked = true
+	return http.NewResponseController(s.ResponseWriter).Hijack()
+}
+
 // counted calls record with the result of each request next answers.
 func counted(record func(result string), next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
-		record(metrics.ResultOf(max(sw.code, http.StatusOK)))
+		if !sw.hijacked {
+			record(metrics.ResultOf(max(sw.code, http.StatusOK)))
+		}
 	})
 }
 

@@ -31,3 +31,9 @@ func NewCAAndStore(tb testing.TB) (string, *ca.CA, *sqlite.Store) {
 	tb.Cleanup(func() { st.Close() })
 	return dir, authority, st
 }
+
+// Sweep is sweep: the parked polls whose peer has gone are dropped now.
+func (s *Server) Sweep() { s.sweep() }
+
+// Parked is how many polls are parked now.
+func (s *Server) Parked() int { return len(s.parkedNow()) }

@@ -25,6 +25,7 @@ import (
 	"einsora.dev/edge/hub/ca"
 	"einsora.dev/edge/hub/httpapi"
 	"einsora.dev/edge/hub/metrics"
+	"einsora.dev/edge/internal/parkconn"
 	"einsora.dev/edge/protocol"
 )
 
@@ -115,10 +116,18 @@ type Server struct {
 	// makes for the hub's offline rule (countedConn.signOfLife).
 	probeIdle time.Duration
 
+	// stopped is closed when Drain or Close stops the server.
+	stopped  chan struct{}
+	stopOnce sync.Once
+
 	// mu guards the following fields.
 	mu       sync.Mutex
 	draining bool
 	polls    map[*pollEntry]struct{}
+	// parked are the polls parked now; back takes their connections
+	// back to srv once answered (park.go).
+	parked map[*parkedSync]struct{}
+	back   *parkconn.Listener
 }
 
 type pollEntry struct{ cancel context.CancelFunc }
@@ -183,6 +192,8 @@ func NewServer(cfg Config) *Server {
 		handshakes: newHandshakeSlots(lim.MaxHandshakes, cfg.Clock.Now),
 		active:     newActiveSlots(cfg.Clock, lim.MaxActive, lim.MaxQueued, lim.QueueWait),
 		polls:      make(map[*pollEntry]struct{}),
+		parked:     make(map[*parkedSync]struct{}),
+		stopped:    make(chan struct{}),
 		gate:       newStartGate(cfg.Clock, lim.ReconnectRate, lim.StartPhase),
 		retryLimit: cmp.Or(cfg.OfflineAfter, hub.DefaultOfflineAfter) / 3,
 		probeIdle:  KeepAliveIdleFor(cfg.OfflineAfter),
@@ -309,6 +320,12 @@ func KeepAliveIdleFor(offlineAfter time.Duration) time.Duration {
 
 // Serve serves agents on ln until Drain or Close; then it returns nil.
 func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	first := s.back == nil
+	s.mu.Unlock()
+	if first {
+		s.serveParked(ln.Addr())
+	}
 	err := s.srv.ServeTLS(&countingListener{
 		Listener: ln, slots: s.handshakes, untrusted: s.untrusted, now: s.clk.Now,
 		timeout: s.limits.HandshakeTimeout, refused: &s.refused, probeIdle: s.probeIdle,
@@ -562,7 +579,9 @@ func withSignOfLife(next http.Handler) http.Handler {
 	})
 }
 
-// drainable lets Drain end a waiting poll with a directed reconnect.
+// drainable lets Drain end a waiting poll with a directed reconnect, and
+// parks the polls the hub would hold over HTTP/1.1 (park.go), which Drain
+// answers as well.
 func (s *Server) drainable(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithCancel(r.Context())
@@ -582,7 +601,12 @@ func (s *Server) drainable(next http.Handler) http.Handler {
 			s.mu.Unlock()
 		}()
 		tw := &trackingWriter{ResponseWriter: w}
-		next.ServeHTTP(tw, r.WithContext(ctx))
+		p := s.parker(r)
+		next.ServeHTTP(tw, withParker(r.WithContext(ctx), p))
+		if p != nil && p.isParked() {
+			s.take(w, r, p)
+			return
+		}
 		if !tw.wrote && r.Context().Err() == nil && s.isDraining() {
 			s.writeReconnect(w)
 		}
@@ -633,11 +657,15 @@ func (t *trackingWriter) Write(b []byte) (int, error) {
 func (s *Server) Drain(ctx context.Context) error {
 	s.mu.Lock()
 	s.draining = true
-	n := len(s.polls)
+	n := len(s.polls) + len(s.parked)
 	for e := range s.polls {
 		e.cancel()
 	}
 	s.mu.Unlock()
+	for _, p := range s.parkedNow() {
+		p.Answer(s.writeReconnect)
+	}
+	s.stop()
 	s.log.Info("draining: directed reconnects sent to waiting agents", "polls", n, "to", s.drainTo)
 	// Beside the shutdown: a store that does not answer must not hold
 	// it up.
@@ -665,7 +693,18 @@ func (s *Server) ReconnectWindow() time.Duration {
 
 // Close stops the server at once, cutting every connection: what a crash
 // looks like to agents.
-func (s *Server) Close() error { return s.srv.Close() }
+func (s *Server) Close() error {
+	s.stop()
+	err := s.srv.Close()
+	// net/http does not see the parked connections.
+	for _, p := range s.parkedNow() {
+		p.drop()
+	}
+	return err
+}
+
+// stop ends the sweep of parked polls.
+func (s *Server) stop() { s.stopOnce.Do(func() { close(s.stopped) }) }
 
 // Stats are the server's gauges, for tests and operators.
 type Stats struct {
