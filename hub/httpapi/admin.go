@@ -85,7 +85,7 @@ func (a *API) adminFail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("the hub did not answer within %v (is its store reachable?); its log says why; try again or another replica with --hub", adminTimeout))
 		return
 	}
-	a.fail(w, r, err, "admin request failed", "the hub failed; its log says why")
+	a.fail(w, r.Context(), err, "admin request failed", "the hub failed; its log says why")
 }
 
 func (a *API) listTenants(w http.ResponseWriter, r *http.Request) {

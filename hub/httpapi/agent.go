@@ -29,7 +29,7 @@ func (a *API) SyncHandler(identify func(*http.Request) (string, error)) http.Han
 		if errors.Is(err, hub.ErrParked) {
 			return
 		}
-		a.answerSync(w, r, machineID, resp, err)
+		a.answerSync(w, r.Context(), machineID, resp, err)
 	})
 }
 
@@ -59,7 +59,9 @@ func (a *API) parking(r *http.Request, machineID string) context.Context {
 	if pk == nil {
 		return r.Context()
 	}
-	later := r.WithContext(context.WithoutCancel(r.Context()))
+	// Not r: what the answer needs of it is its context's values, and r
+	// would keep net/http's buffers of the connection with the poll.
+	later := context.WithoutCancel(r.Context())
 	return hub.WithParking(r.Context(), &hub.Parking{
 		Parked: pk.Parked,
 		Deliver: func(resp *protocol.SyncResponse, err error) {
@@ -69,14 +71,14 @@ func (a *API) parking(r *http.Request, machineID string) context.Context {
 }
 
 // answerSync writes what Sync returned.
-func (a *API) answerSync(w http.ResponseWriter, r *http.Request, machineID string, resp *protocol.SyncResponse, err error) {
-	if _, _, ok := statusOf(err); err != nil && !ok && r.Context().Err() == nil {
+func (a *API) answerSync(w http.ResponseWriter, ctx context.Context, machineID string, resp *protocol.SyncResponse, err error) {
+	if _, _, ok := statusOf(err); err != nil && !ok && ctx.Err() == nil {
 		a.log.Error("sync failed; sending the agent to reconnect", "machine", machineID, "err", err)
 		sendAway(w)
 		return
 	}
 	if err != nil {
-		a.fail(w, r, err, "sync failed", "the hub failed to sync; the agent will retry", "machine", machineID)
+		a.fail(w, ctx, err, "sync failed", "the hub failed to sync; the agent will retry", "machine", machineID)
 		return
 	}
 	out := *resp // a copy: resp may be the cached desired state
@@ -127,7 +129,7 @@ func (a *API) RenewHandler(identify func(*http.Request) (string, error)) http.Ha
 
 func (a *API) certAnswer(w http.ResponseWriter, r *http.Request, resp *protocol.CertificateResponse, err error) {
 	if err != nil {
-		a.fail(w, r, err, "enrolment failed", "the hub failed to sign a certificate; try again later")
+		a.fail(w, r.Context(), err, "enrolment failed", "the hub failed to sign a certificate; try again later")
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)

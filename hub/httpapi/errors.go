@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"net/http"
 
@@ -44,12 +45,12 @@ func statusOf(err error) (code int, msg string, ok bool) {
 
 // fail answers err. A request whose caller went away is answered nothing;
 // a failure of the hub is logged as what and answered with public.
-func (a *API) fail(w http.ResponseWriter, r *http.Request, err error, what, public string, attrs ...any) {
+func (a *API) fail(w http.ResponseWriter, ctx context.Context, err error, what, public string, attrs ...any) {
 	code, msg, ok := statusOf(err)
 	switch {
 	case ok:
 		writeError(w, code, msg)
-	case r.Context().Err() != nil:
+	case ctx.Err() != nil:
 		// The caller went away or cut its poll short: nothing to answer.
 	default:
 		a.log.Error(what, append(attrs, "err", err)...)

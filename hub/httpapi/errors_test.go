@@ -56,12 +56,12 @@ func TestFailAnswersNothingToACallerGone(t *testing.T) {
 	cancel()
 	r := httptest.NewRequest(http.MethodPost, "/", nil).WithContext(ctx)
 	w := httptest.NewRecorder()
-	a.fail(w, r, context.Canceled, "sync failed", "the hub failed")
+	a.fail(w, r.Context(), context.Canceled, "sync failed", "the hub failed")
 	if w.Body.Len() != 0 {
 		t.Errorf("answered %d %q to a caller that left", w.Code, w.Body)
 	}
 	w = httptest.NewRecorder()
-	a.fail(w, httptest.NewRequest(http.MethodPost, "/", nil), errors.New("disk full"), "sync failed", "the hub failed")
+	a.fail(w, httptest.NewRequest(http.MethodPost, "/", nil).Context(), errors.New("disk full"), "sync failed", "the hub failed")
 	if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), "the hub failed") || strings.Contains(w.Body.String(), "disk") {
 		t.Errorf("hub failure: got %d %q", w.Code, w.Body)
 	}

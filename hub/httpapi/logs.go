@@ -24,7 +24,7 @@ func (a *API) LogsHandler(identify func(*http.Request) (string, error)) http.Han
 		_ = rc.SetWriteDeadline(time.Time{})
 		err := a.hub.AcceptLogs(r.Context(), machineID, r.Header.Get(protocol.LogTokenHeader), r.Body)
 		if err != nil {
-			a.fail(w, r, err, "log upload failed", "the hub failed to relay the upload", "machine", machineID)
+			a.fail(w, r.Context(), err, "log upload failed", "the hub failed to relay the upload", "machine", machineID)
 			return
 		}
 		writeJSON(w, http.StatusOK, struct{}{})
