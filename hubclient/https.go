@@ -229,10 +229,12 @@ type HTTPSConfig struct {
 	// PingAfter and PingTimeout override the package's HTTP/2 health
 	// check; zero means the constants.
 	PingAfter, PingTimeout time.Duration
-	// HTTP1 speaks HTTP/1.1 instead of HTTP/2: for measurements of the
-	// hub's cost per held poll (docs/performance.md). An agent keeps
-	// HTTP/2, whose pings notice a black-holed connection.
-	HTTP1 bool
+	// HTTP1 offers only HTTP/1.1, and HTTP2 only HTTP/2: for
+	// measurements of the hub's cost per held poll (docs/performance.md).
+	// An agent offers both and lets the hub choose (HTTP/1.1 on Linux,
+	// where it parks held polls), and only HTTP/2 once it has replicas to
+	// move to, for the pings that leave a hung one (SetReplicated).
+	HTTP1, HTTP2 bool
 }
 
 // HTTPS is the transport of a networked agent: POST /agent/v1/sync over
@@ -245,16 +247,20 @@ type HTTPS struct {
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// pingSet is set when the config chose the ping (tests): it stays.
 	pingSet bool
-	http1   bool
-	cert    atomic.Pointer[tls.Certificate]
+	// only is the protocols a config asked for (HTTP1, HTTP2); nil
+	// means as the agent's.
+	only *http.Protocols
+	cert atomic.Pointer[tls.Certificate]
 
 	// mu guards the following fields.
 	mu sync.Mutex
 	// ping is the HTTP/2 health check of the pools made from now on.
-	ping      http.HTTP2Config
-	base      string
-	cur       *pool
-	notBefore time.Time
+	ping http.HTTP2Config
+	// replicated: the agent has other replicas to move to.
+	replicated bool
+	base       string
+	cur        *pool
+	notBefore  time.Time
 	// diagnose is set after a connection the hub closed before it
 	// answered: the next try (on the caller's backoff) is made so that a
 	// refusal's alert can be read, on that try's one connection.
@@ -293,7 +299,11 @@ func NewHTTPS(cfg HTTPSConfig) (*HTTPS, error) {
 		fp: protocol.FingerprintOf(cfg.CA.Raw), clk: cfg.Clock, dial: cfg.DialContext, base: u.String(),
 		ping:    http.HTTP2Config{SendPingTimeout: cmp.Or(cfg.PingAfter, PingAfter), PingTimeout: cmp.Or(cfg.PingTimeout, PingTimeout)},
 		pingSet: cfg.PingAfter != 0,
-		http1:   cfg.HTTP1,
+	}
+	if cfg.HTTP1 || cfg.HTTP2 {
+		t.only = new(http.Protocols)
+		t.only.SetHTTP1(cfg.HTTP1)
+		t.only.SetHTTP2(cfg.HTTP2)
 	}
 	c, err := withLeaf(cfg.Certificate)
 	if err != nil {
@@ -316,9 +326,10 @@ func (t *HTTPS) newPool() *pool {
 	if t.dial != nil {
 		tr.DialContext = t.dial
 	}
-	if t.http1 {
-		tr.ForceAttemptHTTP2, tr.HTTP2 = false, nil
-		tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	protos := t.protocolsLocked()
+	tr.Protocols = &protos
+	if !protos.HTTP2() {
+		tr.HTTP2 = nil
 		tc.NextProtos = []string{"http/1.1"}
 	}
 	dtr := newHTTPTransport(tc)
@@ -383,20 +394,39 @@ func dialDiagnostic(ctx context.Context, dial func(ctx context.Context, network,
 // with nowhere else to go, the agent waits for it (PingAfter). New
 // connections take the change.
 func (t *HTTPS) SetReplicated(replicated bool) {
-	if t.pingSet {
-		return
-	}
 	after := PingAfter
 	if replicated {
 		after = ReplicaPingAfter
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.ping.SendPingTimeout == after {
-		return
+	was := t.protocolsLocked()
+	t.replicated = replicated
+	changed := t.protocolsLocked() != was
+	if !t.pingSet && t.ping.SendPingTimeout != after {
+		t.ping.SendPingTimeout = after
+		changed = true
 	}
-	t.ping.SendPingTimeout = after
-	t.retireLocked()
+	if changed {
+		t.retireLocked()
+	}
+}
+
+// protocolsLocked is what the transport offers the hub, which chooses.
+// Alone, both: a hub on Linux takes HTTP/1.1 and parks the held polls,
+// with no goroutine on them (docs/performance.md, "Held polls parked in
+// the hub"); it knows when the agent's host last answered from its
+// kernel, and an agent with nowhere else to go has no use for pings.
+// With replicas, only HTTP/2, whose pings leave a hung replica within
+// ReplicaPingAfter+PingTimeout; a parked poll has nothing reading them.
+func (t *HTTPS) protocolsLocked() http.Protocols {
+	if t.only != nil {
+		return *t.only
+	}
+	var p http.Protocols
+	p.SetHTTP2(true)
+	p.SetHTTP1(!t.replicated)
+	return p
 }
 
 // URL is the hub URL the transport dials now.

@@ -345,8 +345,10 @@ func TestIdleAnonymousConnectionIsCut(t *testing.T) {
 		t.Fatal("HTTP/1.1: the idle anonymous connection was kept open")
 	}
 
+	var onlyH2 http.Protocols
+	onlyH2.SetHTTP2(true)
 	h2 := &http.Client{Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: e.ca.Pool(), ServerName: "127.0.0.1"}, ForceAttemptHTTP2: true,
+		TLSClientConfig: &tls.Config{RootCAs: e.ca.Pool(), ServerName: "127.0.0.1"}, Protocols: &onlyH2,
 	}}
 	defer h2.CloseIdleConnections()
 	resp, err = h2.Post(e.url+protocol.EnrollPath, "application/json", strings.NewReader("{}"))

@@ -35,5 +35,15 @@ func NewCAAndStore(tb testing.TB) (string, *ca.CA, *sqlite.Store) {
 // Sweep is sweep: the parked polls whose peer has gone are dropped now.
 func (s *Server) Sweep() { s.sweep() }
 
+// StopWatching stops the Watcher of parked polls' peers: the sweep is left.
+func (s *Server) StopWatching() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watcher != nil {
+		s.watcher.Close()
+		s.watcher = nil
+	}
+}
+
 // Parked is how many polls are parked now.
 func (s *Server) Parked() int { return len(s.parkedNow()) }

@@ -46,6 +46,8 @@ type parkedSync struct {
 	conn net.Conn
 	// pending is an answer that came before conn was taken.
 	pending func(http.ResponseWriter)
+	// unwatch ends the watch of conn's peer (parkconn.Watcher).
+	unwatch func()
 	done    bool
 }
 
@@ -75,8 +77,12 @@ func (p *parkedSync) Answer(write func(http.ResponseWriter)) {
 		return
 	}
 	p.done = true
-	c, cancel := p.conn, p.cancel
+	c, cancel, unwatch := p.conn, p.cancel, p.unwatch
 	p.mu.Unlock()
+	if unwatch != nil {
+		// Before the answer: the agent's next request is net/http's.
+		unwatch()
+	}
 	p.s.unpark(p)
 	// The hub's poll ends too, if the answer was not the hub's.
 	cancel()
@@ -91,12 +97,33 @@ func (p *parkedSync) drop() {
 		return
 	}
 	p.done = true
-	c, cancel := p.conn, p.cancel
+	c, cancel, unwatch := p.conn, p.cancel, p.unwatch
 	p.mu.Unlock()
+	if unwatch != nil {
+		unwatch()
+	}
 	p.s.unpark(p)
 	cancel()
 	if c != nil {
 		c.Close()
+	}
+}
+
+// watch has the server's Watcher drop p as soon as its peer has gone,
+// where there is one (Linux); elsewhere the sweep does, within
+// parkSweepEvery.
+func (p *parkedSync) watch(w *parkconn.Watcher) {
+	if w == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return
+	}
+	// drop runs on the Watcher's goroutine, once this returns.
+	if unwatch, err := w.Watch(rawConn(p.conn), p.drop); err == nil {
+		p.unwatch = unwatch
 	}
 }
 
@@ -137,7 +164,7 @@ func (s *Server) take(w http.ResponseWriter, r *http.Request, p *parkedSync) {
 	// net/http's deadlines were the request's.
 	c.SetDeadline(time.Time{})
 	s.mu.Lock()
-	draining := s.draining
+	draining, watcher := s.draining, s.watcher
 	s.parked[p] = struct{}{}
 	s.mu.Unlock()
 	p.mu.Lock()
@@ -149,6 +176,7 @@ func (s *Server) take(w http.ResponseWriter, r *http.Request, p *parkedSync) {
 		p.Answer(write)
 		return
 	}
+	p.watch(watcher)
 	if draining {
 		p.Answer(s.writeReconnect)
 	}
@@ -224,8 +252,9 @@ func (r *parkedResponse) Write(b []byte) (int, error) {
 // the parked ones, until the server stops.
 func (s *Server) serveParked(addr net.Addr) {
 	back := parkconn.NewListener(addr)
+	w, _ := parkconn.NewWatcher() // nil where there is none: the sweep is left
 	s.mu.Lock()
-	s.back = back
+	s.back, s.watcher = back, w
 	s.mu.Unlock()
 	go s.srv.Serve(back)
 	go func() {
@@ -247,6 +276,8 @@ func (s *Server) serveParked(addr net.Addr) {
 // answering the kernel's keepalives, or sent anything (a waiting HTTP/1.1
 // client sends nothing but its close_notify before its FIN): what
 // net/http's read in the background does for a held HTTP/1.1 request.
+// Where the Watcher tells of these at once (Linux), the sweep is its
+// backstop.
 func (s *Server) sweep() {
 	for _, p := range s.parkedNow() {
 		p.mu.Lock()

@@ -188,11 +188,30 @@ func TestDrainAnswersParkedPolls(t *testing.T) {
 	}
 }
 
-// The sweep drops a parked poll whose agent closed its connection: its
-// machine no longer counts as connected here.
+// A parked poll whose agent closed its connection ends at once, as a held
+// one does: its machine no longer counts as connected here.
+func TestParkedPollEndsWhenItsAgentLeaves(t *testing.T) {
+	e := startEnv(t, envOptions{pollTimeout: time.Minute})
+	agents := http1Agents(t, e, 2)
+	ctx, cancel := context.WithCancel(t.Context())
+	left := agents[0].poll(ctx)
+	stays := agents[1].poll(t.Context())
+	waitFor(t, 5*time.Second, "the polls to be parked", func() bool { return e.srv.Parked() == 2 })
+	cancel()
+	<-left
+	waitFor(t, 5*time.Second, "the poll whose agent left to end", func() bool {
+		return e.srv.Parked() == 1 && e.hub.WaitingPolls() == 1
+	})
+	e.hub.Wake(agents[1].id)
+	answered(t, "the poll of the agent that stayed", stays)
+}
+
+// Where nothing tells at once (no Watcher), the sweep drops a parked poll
+// whose agent closed its connection.
 func TestSweepDropsParkedPollsWhosePeerHasGone(t *testing.T) {
 	e := startEnv(t, envOptions{pollTimeout: time.Minute})
 	agents := http1Agents(t, e, 2)
+	e.srv.StopWatching()
 	ctx, cancel := context.WithCancel(t.Context())
 	left := agents[0].poll(ctx)
 	stays := agents[1].poll(t.Context())
@@ -205,4 +224,35 @@ func TestSweepDropsParkedPollsWhosePeerHasGone(t *testing.T) {
 	})
 	e.hub.Wake(agents[1].id)
 	answered(t, "the poll the sweep kept", stays)
+}
+
+// The hub chooses the protocol (agentProtocols): an agent alone offers
+// HTTP/1.1 and HTTP/2, and its held poll is parked (over HTTP/1.1, on
+// Linux); with replicas to move to it offers only HTTP/2, whose pings
+// leave a hung replica, and its poll is held by net/http.
+func TestAgentAloneIsParkedAndWithReplicasPingsOverHTTP2(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the hub prefers HTTP/1.1 only where its kernel tells a peer's sign of life (Linux)")
+	}
+	e := startEnv(t, envOptions{pollTimeout: time.Minute})
+	_, nw := e.enroll()
+	tr := nw.Transport()
+	first, err := tr.Sync(t.Context(), &protocol.SyncRequest{ProtocolVersion: protocol.Version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := &protocol.SyncRequest{ProtocolVersion: protocol.Version, StoreID: first.StoreID, Generation: first.Generation}
+	for _, replicated := range []bool{false, true} {
+		tr.SetReplicated(replicated)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { _, err := tr.Sync(ctx, held); done <- err }()
+		waitFor(t, 5*time.Second, "the poll to be held", func() bool { return e.hub.WaitingPolls() == 1 })
+		if parked := e.srv.Parked() == 1; parked == replicated {
+			t.Errorf("replicated %v: parked %v; want %v", replicated, parked, !replicated)
+		}
+		cancel()
+		<-done
+		waitFor(t, 5*time.Second, "the poll to end", func() bool { return e.hub.WaitingPolls() == 0 })
+	}
 }

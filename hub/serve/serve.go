@@ -128,6 +128,9 @@ type Server struct {
 	// back to srv once answered (park.go).
 	parked map[*parkedSync]struct{}
 	back   *parkconn.Listener
+	// watcher, made by Serve, tells when a parked poll's peer has gone;
+	// nil where there is none (not Linux).
+	watcher *parkconn.Watcher
 }
 
 type pollEntry struct{ cancel context.CancelFunc }
@@ -206,7 +209,7 @@ func NewServer(cfg Config) *Server {
 		Certificates:     []tls.Certificate{cfg.Certificate},
 		ClientAuth:       tls.VerifyClientCertIfGiven,
 		ClientCAs:        cfg.CA.Pool(),
-		NextProtos:       []string{"h2", "http/1.1"},
+		NextProtos:       agentProtocols(),
 		VerifyConnection: s.verifyConnection,
 		Time:             cfg.Clock.Now,
 	}
@@ -270,6 +273,20 @@ func pingAfter(hold, idle time.Duration) time.Duration {
 		return hold + 30*time.Second
 	}
 	return idle
+}
+
+// agentProtocols is the hub's choice among the protocols an agent offers
+// (ALPN), in order. Where the kernel says when a peer last answered
+// (Linux), HTTP/1.1 first: its held polls are parked, with no goroutine
+// on them (park.go), and the kernel's keepalives are their sign of life.
+// Elsewhere HTTP/2 first: its pings are the sign of life, and they need a
+// goroutine reading the connection. An agent with replicas offers only
+// HTTP/2 (hubclient.HTTPS.SetReplicated).
+func agentProtocols() []string {
+	if kernelSignOfLife {
+		return []string{"http/1.1", "h2"}
+	}
+	return []string{"h2", "http/1.1"}
 }
 
 // unackedFor is how long data the hub sent may stay unacknowledged before
@@ -703,8 +720,17 @@ func (s *Server) Close() error {
 	return err
 }
 
-// stop ends the sweep of parked polls.
-func (s *Server) stop() { s.stopOnce.Do(func() { close(s.stopped) }) }
+// stop ends the sweep and the watch of parked polls.
+func (s *Server) stop() {
+	s.stopOnce.Do(func() {
+		close(s.stopped)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.watcher != nil {
+			s.watcher.Close()
+		}
+	})
+}
 
 // Stats are the server's gauges, for tests and operators.
 type Stats struct {

@@ -41,9 +41,11 @@ type Config struct {
 	// server's collections about as often as such a flow would; 0 starts
 	// each as soon as the last is woken.
 	ChangeEvery time.Duration
-	// HTTP1 makes the agents speak HTTP/1.1 instead of HTTP/2, to compare
-	// the servers' cost per held poll.
-	HTTP1 bool
+	// HTTP1 makes the agents offer only HTTP/1.1, and HTTP2 only HTTP/2
+	// (as an agent with replicas does), to compare the servers' cost per
+	// held poll. By default they offer both, as an agent does, and each
+	// server chooses: the hub HTTP/1.1 on Linux, the baseline HTTP/2.
+	HTTP1, HTTP2 bool
 	// Park also measures the baseline parking its held polls: each poll's
 	// connection taken from net/http over HTTP/1.1 while it is held, so
 	// that no goroutine waits on it (a design's memory per held poll,
@@ -280,7 +282,7 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	if err != nil {
 		return r, err
 	}
-	f, err := newFleet(urls, creds, cfg.HTTP1 || http1Only(t))
+	f, err := newFleet(urls, creds, hubclient.HTTPSConfig{HTTP1: cfg.HTTP1 || http1Only(t), HTTP2: cfg.HTTP2 && !http1Only(t)})
 	if err != nil {
 		return r, err
 	}

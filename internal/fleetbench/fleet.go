@@ -68,10 +68,14 @@ var inventory = protocol.Inventory{OS: "linux", Arch: "amd64", CPUs: 2, MemoryMB
 // urls[i mod len(urls)] and, when there are several, fails over to the
 // others in turn (hubclient.Failover), as an agent given every replica's
 // --hub does.
-func newFleet(urls []string, creds []cred, http1 bool) (*fleet, error) {
+// Of protos, only the protocols the agents offer (HTTP1, HTTP2) count.
+func newFleet(urls []string, creds []cred, protos hubclient.HTTPSConfig) (*fleet, error) {
 	f := &fleet{wakes: make(chan wake, 4*len(creds)+64)}
 	for i, c := range creds {
-		tr, err := hubclient.NewHTTPS(hubclient.HTTPSConfig{URL: urls[i%len(urls)], CA: c.ca, Certificate: c.cert, DialContext: f.m.dialer(i), HTTP1: http1})
+		tr, err := hubclient.NewHTTPS(hubclient.HTTPSConfig{
+			URL: urls[i%len(urls)], CA: c.ca, Certificate: c.cert, DialContext: f.m.dialer(i),
+			HTTP1: protos.HTTP1, HTTP2: protos.HTTP2,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("agent %d: %w", i, err)
 		}

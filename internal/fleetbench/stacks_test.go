@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"einsora.dev/edge/hub/adminapi"
+	"einsora.dev/edge/hubclient"
 )
 
 // A held poll costs the hub three goroutines: HTTP/2's loop for its
@@ -51,7 +52,8 @@ func TestHeldPollsStacksShrinkTo32KiB(t *testing.T) {
 	api := h.reps[0].api
 	before := stacksAfterCollections(ctx, t, api)
 
-	f, err := newFleet(h.urls(), creds, false)
+	// HTTP/2: over HTTP/1.1 the hub parks held polls, with no stack.
+	f, err := newFleet(h.urls(), creds, hubclient.HTTPSConfig{HTTP2: true})
 	if err != nil {
 		t.Fatal(err)
 	}
