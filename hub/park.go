@@ -72,8 +72,9 @@ func (h *Hub) park(ctx context.Context, pk *Parking, machineID, hubsDigest strin
 	if !h.polls.parked(w, func() { go p.end(endWoken) }) {
 		return false
 	}
+	// Its slot among the requests in flight (OnHeld) is given back as
+	// the handler returns, at once.
 	h.polls.held.Add(1)
-	noteHeld(ctx)
 	p.timer = h.clk.AfterFunc(holdFor(h.cfg.PollTimeout, nil), func() { p.end(endHeldOut) })
 	pk.Parked(func() { p.end(endCancelled) })
 	return true

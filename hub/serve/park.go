@@ -66,47 +66,42 @@ func (p *parkedSync) isParked() bool {
 // Answer writes p's answer on its connection, once: from the hub's
 // Deliver, a drain or the sweep, whichever comes first.
 func (p *parkedSync) Answer(write func(http.ResponseWriter)) {
-	p.mu.Lock()
-	if p.done {
-		p.mu.Unlock()
-		return
+	if c, ok := p.end(write); ok {
+		p.s.writeParked(c, write)
 	}
-	if p.conn == nil {
-		p.pending = write
-		p.mu.Unlock()
-		return
-	}
-	p.done = true
-	c, cancel, unwatch := p.conn, p.cancel, p.unwatch
-	p.mu.Unlock()
-	if unwatch != nil {
-		// Before the answer: the agent's next request is net/http's.
-		unwatch()
-	}
-	p.s.unpark(p)
-	// The hub's poll ends too, if the answer was not the hub's.
-	cancel()
-	p.s.writeParked(c, write)
 }
 
 // drop ends p unanswered, closing its connection: its peer has gone.
 func (p *parkedSync) drop() {
+	if c, ok := p.end(nil); ok && c != nil {
+		c.Close()
+	}
+}
+
+// end ends p, the first time it is called, and returns its connection:
+// it stops the watch of its peer, takes it off the parked set and ends
+// the hub's poll, if the end was not the hub's. An answer (write) that
+// comes before the connection was taken is kept for take instead, and
+// end reports false.
+func (p *parkedSync) end(write func(http.ResponseWriter)) (net.Conn, bool) {
 	p.mu.Lock()
-	if p.done {
+	if p.done || (p.conn == nil && write != nil) {
+		if !p.done {
+			p.pending = write
+		}
 		p.mu.Unlock()
-		return
+		return nil, false
 	}
 	p.done = true
 	c, cancel, unwatch := p.conn, p.cancel, p.unwatch
 	p.mu.Unlock()
 	if unwatch != nil {
+		// Before an answer: the agent's next request is net/http's.
 		unwatch()
 	}
 	p.s.unpark(p)
 	cancel()
-	if c != nil {
-		c.Close()
-	}
+	return c, true
 }
 
 // watch has the server's Watcher drop p as soon as its peer has gone,

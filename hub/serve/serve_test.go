@@ -357,23 +357,30 @@ func TestOnePollPerMachine(t *testing.T) {
 
 // Issue 13: a held poll gives back its share of MaxActive, so a machine's
 // poll that waits for news never keeps another machine's request in line.
+// Held over HTTP/2 by net/http, or parked over HTTP/1.1, alike.
 func TestHeldPollGivesBackItsSlot(t *testing.T) {
-	e := startEnv(t, envOptions{pollTimeout: time.Minute, limits: serve.Limits{MaxActive: 1, QueueWait: time.Minute}})
-	_, a := e.enroll()
-	_, b := e.enroll()
-	ta := a.Transport()
-	resp, err := ta.Sync(context.Background(), &protocol.SyncRequest{ProtocolVersion: protocol.Version})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go ta.Sync(ctx, &protocol.SyncRequest{ProtocolVersion: protocol.Version, StoreID: resp.StoreID, Generation: resp.Generation})
-	waitFor(t, 5*time.Second, "the poll to be held", func() bool { return e.hub.WaitingPolls() == 1 })
-	bctx, bcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer bcancel()
-	if _, err := b.Transport().Sync(bctx, &protocol.SyncRequest{ProtocolVersion: protocol.Version}); err != nil {
-		t.Fatalf("another machine's sync beside a held poll, one slot: %v", err)
+	for _, over := range []hubclient.HTTPSConfig{{HTTP1: true}, {HTTP2: true}} {
+		e := startEnv(t, envOptions{pollTimeout: time.Minute, limits: serve.Limits{MaxActive: 1, QueueWait: time.Minute}})
+		_, a := e.enroll()
+		_, b := e.enroll()
+		ta, err := hubclient.NewHTTPS(hubclient.HTTPSConfig{URL: e.url, CA: e.ca.Certificate(), Certificate: *a.Transport().Certificate(), HTTP1: over.HTTP1, HTTP2: over.HTTP2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ta.Close()
+		resp, err := ta.Sync(context.Background(), &protocol.SyncRequest{ProtocolVersion: protocol.Version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go ta.Sync(ctx, &protocol.SyncRequest{ProtocolVersion: protocol.Version, StoreID: resp.StoreID, Generation: resp.Generation})
+		waitFor(t, 5*time.Second, "the poll to be held", func() bool { return e.hub.WaitingPolls() == 1 })
+		bctx, bcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer bcancel()
+		if _, err := b.Transport().Sync(bctx, &protocol.SyncRequest{ProtocolVersion: protocol.Version}); err != nil {
+			t.Fatalf("HTTP/1.1 %v, HTTP/2 %v: another machine's sync beside a held poll, one slot: %v", over.HTTP1, over.HTTP2, err)
+		}
 	}
 }
 
