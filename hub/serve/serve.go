@@ -735,7 +735,7 @@ func (s *Server) stop() {
 // Stats are the server's gauges, for tests and operators.
 type Stats struct {
 	Handshakes int64 // TLS handshakes in flight
-	Requests   int64 // machines' requests in flight, waiting polls and those in line included
+	Requests   int64 // machines' requests in flight, those in line and polls net/http holds included; parked ones are only in hub.WaitingPolls
 	Queued     int64 // machines' requests waiting their turn past MaxActive
 	Anonymous  int64 // unauthenticated requests in flight
 	Untrusted  int64 // connections no certificate vouches for yet
