@@ -3,6 +3,7 @@ package serve_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"runtime"
@@ -189,41 +190,30 @@ func TestDrainAnswersParkedPolls(t *testing.T) {
 }
 
 // A parked poll whose agent closed its connection ends at once, as a held
-// one does: its machine no longer counts as connected here.
+// one does, and its machine no longer counts as connected here; where
+// nothing tells at once (no Watcher), the sweep ends it.
 func TestParkedPollEndsWhenItsAgentLeaves(t *testing.T) {
-	e := startEnv(t, envOptions{pollTimeout: time.Minute})
-	agents := http1Agents(t, e, 2)
-	ctx, cancel := context.WithCancel(t.Context())
-	left := agents[0].poll(ctx)
-	stays := agents[1].poll(t.Context())
-	waitFor(t, 5*time.Second, "the polls to be parked", func() bool { return e.srv.Parked() == 2 })
-	cancel()
-	<-left
-	waitFor(t, 5*time.Second, "the poll whose agent left to end", func() bool {
-		return e.srv.Parked() == 1 && e.hub.WaitingPolls() == 1
-	})
-	e.hub.Wake(agents[1].id)
-	answered(t, "the poll of the agent that stayed", stays)
-}
-
-// Where nothing tells at once (no Watcher), the sweep drops a parked poll
-// whose agent closed its connection.
-func TestSweepDropsParkedPollsWhosePeerHasGone(t *testing.T) {
-	e := startEnv(t, envOptions{pollTimeout: time.Minute})
-	agents := http1Agents(t, e, 2)
-	e.srv.StopWatching()
-	ctx, cancel := context.WithCancel(t.Context())
-	left := agents[0].poll(ctx)
-	stays := agents[1].poll(t.Context())
-	waitFor(t, 5*time.Second, "the polls to be parked", func() bool { return e.srv.Parked() == 2 })
-	cancel()
-	<-left
-	waitFor(t, 5*time.Second, "the sweep to drop the poll whose agent left", func() bool {
-		e.srv.Sweep()
-		return e.srv.Parked() == 1 && e.hub.WaitingPolls() == 1
-	})
-	e.hub.Wake(agents[1].id)
-	answered(t, "the poll the sweep kept", stays)
+	for _, watched := range []bool{true, false} {
+		e := startEnv(t, envOptions{pollTimeout: time.Minute})
+		agents := http1Agents(t, e, 2)
+		if !watched {
+			e.srv.StopWatching()
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		left := agents[0].poll(ctx)
+		stays := agents[1].poll(t.Context())
+		waitFor(t, 5*time.Second, "the polls to be parked", func() bool { return e.srv.Parked() == 2 })
+		cancel()
+		<-left
+		waitFor(t, 5*time.Second, fmt.Sprintf("the poll whose agent left to end (watched %v)", watched), func() bool {
+			if !watched {
+				e.srv.Sweep()
+			}
+			return e.srv.Parked() == 1 && e.hub.WaitingPolls() == 1
+		})
+		e.hub.Wake(agents[1].id)
+		answered(t, "the poll of the agent that stayed", stays)
+	}
 }
 
 // The hub chooses the protocol (agentProtocols): an agent alone offers
