@@ -16,7 +16,7 @@ var ErrParked = errors.New("poll parked: its answer comes through Parking.Delive
 // Parking lets Sync park a poll it would hold: no goroutine waits on it,
 // only a timer for the end of its hold, and its caller takes the poll's
 // connection off the server meanwhile (docs/performance.md, "Held polls
-// parked off net/http").
+// parked in the hub").
 type Parking struct {
 	// Parked is called before Sync returns ErrParked, with the poll's
 	// cancel: it ends the poll unanswered (its connection is gone).

@@ -238,9 +238,10 @@ type HTTPSConfig struct {
 }
 
 // HTTPS is the transport of a networked agent: POST /agent/v1/sync over
-// HTTPS with mutual TLS and HTTP/2. Its client certificate can be swapped
-// while syncs run (SetCertificate), and it follows directed reconnects.
-// It is safe for concurrent use.
+// HTTPS with mutual TLS, over the protocol the hub chooses
+// (protocolsLocked). Its client certificate can be swapped while syncs
+// run (SetCertificate), and it follows directed reconnects. It is safe
+// for concurrent use.
 type HTTPS struct {
 	fp   [32]byte
 	clk  clock.Clock
@@ -390,9 +391,9 @@ func dialDiagnostic(ctx context.Context, dial func(ctx context.Context, network,
 // kernel still does (a hung or paused process) is left within
 // ReplicaPingAfter+PingTimeout, for a ping every ReplicaPingAfter (just
 // under the hub's keepalive idle time, so the pings replace its probes
-// rather than come on top); alone,
-// with nowhere else to go, the agent waits for it (PingAfter). New
-// connections take the change.
+// rather than come on top), and so it offers only HTTP/2; alone, with
+// nowhere else to go, the agent waits for it (PingAfter over HTTP/2, no
+// ping over HTTP/1.1). New connections take the change.
 func (t *HTTPS) SetReplicated(replicated bool) {
 	after := PingAfter
 	if replicated {
