@@ -2,13 +2,12 @@ package serve
 
 import (
 	"bytes"
-	"fmt"
+	"errors"
 	"io"
 	"maps"
 	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -206,18 +205,10 @@ func (s *Server) writeParked(c net.Conn, write func(http.ResponseWriter)) {
 	if closing {
 		rec.header.Set("Connection", "close")
 	}
-	rec.header.Set("Content-Length", strconv.Itoa(rec.body.Len()))
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", code, http.StatusText(code))
-	rec.header.Write(&b)
-	b.WriteString("\r\n")
-	b.Write(rec.body.Bytes())
-	c.SetWriteDeadline(time.Now().Add(parkWriteTimeout))
-	if _, err := c.Write(b.Bytes()); err != nil || closing {
+	if err := parkconn.Respond(c, code, rec.header, rec.body.Bytes(), parkWriteTimeout); err != nil || closing {
 		c.Close()
 		return
 	}
-	c.SetWriteDeadline(time.Time{})
 	if !back.Give(c) {
 		c.Close()
 	}
@@ -247,7 +238,10 @@ func (r *parkedResponse) Write(b []byte) (int, error) {
 // the parked ones, until the server stops.
 func (s *Server) serveParked(addr net.Addr) {
 	back := parkconn.NewListener(addr)
-	w, _ := parkconn.NewWatcher() // nil where there is none: the sweep is left
+	w, err := parkconn.NewWatcher()
+	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		s.log.Warn("cannot watch parked polls' connections; an agent that leaves is noticed by the sweep, within 15 s", "err", err)
+	}
 	s.mu.Lock()
 	s.back, s.watcher = back, w
 	s.mu.Unlock()

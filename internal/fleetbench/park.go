@@ -1,10 +1,8 @@
 package fleetbench
 
 import (
-	"bytes"
 	"crypto/tls"
 	"encoding/json"
-	"fmt"
 	"io"
 	"maps"
 	"net"
@@ -110,14 +108,11 @@ func (s *baseline) release(p *parkedPoll) {
 		p.conn.Close()
 		return
 	}
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s\n", len(body)+1, body)
-	p.conn.SetWriteDeadline(time.Now().Add(parkWriteTimeout))
-	if _, err := p.conn.Write(b.Bytes()); err != nil {
+	h := http.Header{"Content-Type": {"application/json"}}
+	if err := parkconn.Respond(p.conn, http.StatusOK, h, append(body, '\n'), parkWriteTimeout); err != nil {
 		p.conn.Close()
 		return
 	}
-	p.conn.SetWriteDeadline(time.Time{})
 	if !back.Give(p.conn) {
 		p.conn.Close()
 	}
