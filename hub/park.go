@@ -44,7 +44,7 @@ func parkingOf(ctx context.Context) *Parking {
 // its hold's timer or its cancel ends it, once.
 type parkedPoll struct {
 	h          *Hub
-	ctx        context.Context // the sync's values, without its cancel
+	ctx        context.Context // what its answer needs of the sync's (detached)
 	machineID  string
 	hubsDigest string
 	w          *poll
@@ -63,7 +63,7 @@ type parkedPoll struct {
 // answer as a held poll. Once parked, the poll owns release.
 func (h *Hub) park(ctx context.Context, pk *Parking, machineID, hubsDigest string, w *poll, gen int64, release func()) bool {
 	p := &parkedPoll{
-		h: h, ctx: context.WithoutCancel(ctx), machineID: machineID, hubsDigest: hubsDigest,
+		h: h, ctx: detached(ctx), machineID: machineID, hubsDigest: hubsDigest,
 		w: w, gen: gen, release: release, deliver: pk.Deliver,
 	}
 	// Held until the timer is set: neither end can come before it.
@@ -78,6 +78,16 @@ func (h *Hub) park(ctx context.Context, pk *Parking, machineID, hubsDigest strin
 	p.timer = h.clk.AfterFunc(holdFor(h.cfg.PollTimeout, nil), func() { p.end(endHeldOut) })
 	pk.Parked(func() { p.end(endCancelled) })
 	return true
+}
+
+// detached is ctx for an answer given later: it keeps only what Sync's
+// answer calls (OnWoken). The rest of ctx's chain holds the request's and
+// its connection's state, which a parked poll would keep for its hold.
+func detached(ctx context.Context) context.Context {
+	if fn, ok := ctx.Value(wokenKey{}).(func()); ok {
+		return OnWoken(context.Background(), fn)
+	}
+	return context.Background()
 }
 
 type parkedEnd int

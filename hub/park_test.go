@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -18,9 +19,15 @@ type parkedAnswer struct {
 // parkPoll makes a poll of id at the generation it has, asking to park it.
 func (h *testHub) parkPoll(id string, d *protocol.SyncResponse) (<-chan parkedAnswer, func()) {
 	h.t.Helper()
+	return h.parkPollIn(context.Background(), id, d)
+}
+
+// parkPollIn is parkPoll, its request's context ctx.
+func (h *testHub) parkPollIn(ctx context.Context, id string, d *protocol.SyncResponse) (<-chan parkedAnswer, func()) {
+	h.t.Helper()
 	got := make(chan parkedAnswer, 2)
 	var cancel func()
-	ctx := WithParking(context.Background(), &Parking{
+	ctx = WithParking(ctx, &Parking{
 		Parked:  func(c func()) { cancel = c },
 		Deliver: func(resp *protocol.SyncResponse, err error) { got <- parkedAnswer{resp, err} },
 	})
@@ -81,5 +88,46 @@ func TestParkedPollEndsByItsHoldItsWakeOrItsCancel(t *testing.T) {
 	case a := <-got:
 		t.Fatalf("answered after its cancel: %+v", a)
 	case <-time.After(20 * time.Millisecond):
+	}
+}
+
+type requestStateKey struct{}
+
+// A parked poll keeps of its request's context only what its answer
+// calls (OnWoken): the rest of the chain holds the request's and its
+// connection's state, for as long as the poll is parked.
+func TestParkedPollKeepsNotItsRequestsContext(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	d := h.sync("m-1", &protocol.SyncRequest{})
+
+	collected := make(chan struct{})
+	state := new([4096]byte)
+	runtime.AddCleanup(state, func(struct{}) { close(collected) }, struct{}{})
+	woken := make(chan struct{}, 1)
+	ctx := OnWoken(context.WithValue(context.Background(), requestStateKey{}, state), func() { woken <- struct{}{} })
+	got, _ := h.parkPollIn(ctx, "m-1", d)
+	state, ctx = nil, nil
+
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		runtime.GC()
+		select {
+		case <-collected:
+		case <-time.After(10 * time.Millisecond):
+			if time.Now().Before(deadline) {
+				continue
+			}
+			t.Fatal("the request's context was kept with its parked poll")
+		}
+		break
+	}
+	h.Wake("m-1")
+	if a := h.parkedAnswer(got); a.err != nil || a.resp.Unchanged {
+		t.Fatalf("woken: %+v, %v; want its desired state", a.resp, a.err)
+	}
+	select {
+	case <-woken:
+	default:
+		t.Error("a parked poll the hub woke did not call its OnWoken")
 	}
 }

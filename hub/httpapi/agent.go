@@ -59,13 +59,13 @@ func (a *API) parking(r *http.Request, machineID string) context.Context {
 	if pk == nil {
 		return r.Context()
 	}
-	// Not r: what the answer needs of it is its context's values, and r
-	// would keep net/http's buffers of the connection with the poll.
-	later := context.WithoutCancel(r.Context())
+	// Nothing of r: the answer needs none of it, and r, its context
+	// included, would keep the request's and its connection's state (net/http's
+	// buffers, the context's chain) for as long as the poll is parked.
 	return hub.WithParking(r.Context(), &hub.Parking{
 		Parked: pk.Parked,
 		Deliver: func(resp *protocol.SyncResponse, err error) {
-			pk.Answer(func(w http.ResponseWriter) { a.answerSync(w, later, machineID, resp, err) })
+			pk.Answer(func(w http.ResponseWriter) { a.answerSync(w, context.Background(), machineID, resp, err) })
 		},
 	})
 }
