@@ -47,3 +47,7 @@ func (s *Server) StopWatching() {
 
 // Parked is how many polls are parked now.
 func (s *Server) Parked() int { return len(s.parkedNow()) }
+
+// HandshakeConfigsMade is how many TLS configs the server's handshakes
+// have been lent in all.
+func (s *Server) HandshakeConfigsMade() int64 { return s.configs.made.Load() }

@@ -88,6 +88,8 @@ type Server struct {
 	base   *tls.Config
 	// tickets keeps base's session ticket keys those of the day.
 	tickets *ticketKeys
+	// configs lends handshakes base, each verifying its own conn.
+	configs *handshakeConfigs
 	srv     *http.Server
 	// drainTo is immutable.
 	drainTo string
@@ -214,6 +216,9 @@ func NewServer(cfg Config) *Server {
 		Time:             cfg.Clock.Now,
 	}
 	s.tickets = &ticketKeys{ca: cfg.CA}
+	// A handshake in flight is an untrusted connection: no more configs
+	// are lent at once than MaxUntrusted.
+	s.configs = &handshakeConfigs{make: s.handshakeConfig, max: lim.MaxUntrusted}
 	s.refreshTickets()
 	mux := http.NewServeMux()
 	identify := s.identify
@@ -369,8 +374,14 @@ func (s *Server) configForClient(hello *tls.ClientHelloInfo) (*tls.Config, error
 		s.metrics.TLSRefused(metrics.CauseShed)
 		return nil, errors.New("too many handshakes in flight; shedding load")
 	}
+	return s.configs.lend(c, s.tickets.current()), nil
+}
+
+// handshakeConfig is base, verifying the connection of hc's handshake.
+func (s *Server) handshakeConfig(hc *handshakeConfig) *tls.Config {
 	cfg := s.base.Clone()
 	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		c := s.configs.giveBack(hc)
 		c.end()
 		checked, err := s.checkConnection(cs)
 		if checked {
@@ -390,7 +401,7 @@ func (s *Server) configForClient(hello *tls.ClientHelloInfo) (*tls.Config, error
 		}
 		return nil
 	}
-	return cfg, nil
+	return cfg
 }
 
 // verifyConnection refuses a client certificate whose machine is unknown

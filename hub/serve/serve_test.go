@@ -712,3 +712,23 @@ func TestMachineSentAwayByOverloadIsHeard(t *testing.T) {
 		return err == nil && !m.LastSync.IsZero()
 	})
 }
+
+// Handshakes one after the other share one config: a connection keeps
+// the config of its handshake for its life, so a config each would cost
+// each connection its own.
+func TestHandshakesOneAfterTheOtherShareTheirConfig(t *testing.T) {
+	e := startEnv(t, envOptions{})
+	client := &http.Client{Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: e.ca.Pool(), ServerName: "127.0.0.1"},
+		DisableKeepAlives: true,
+	}}
+	before := e.srv.HandshakeConfigsMade()
+	for range 10 {
+		if code, body := get(t, client, e.url+"/readyz"); code != http.StatusOK {
+			t.Fatalf("/readyz: %d %q", code, body)
+		}
+	}
+	if made := e.srv.HandshakeConfigsMade() - before; made > 1 {
+		t.Errorf("10 handshakes one after the other made %d configs, want 1", made)
+	}
+}

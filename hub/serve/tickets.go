@@ -28,6 +28,13 @@ type ticketKeys struct {
 	set  bool
 }
 
+// current is the span of the keys refresh set last.
+func (t *ticketKeys) current() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.span
+}
+
 // refresh sets cfg's keys for now when its span has changed since the last
 // call: the span's key makes tickets, its predecessor's is accepted. An
 // error is returned once a span; cfg keeps its keys until the next.
