@@ -3,10 +3,10 @@ package hub
 import (
 	"context"
 	"errors"
-	"runtime"
 	"testing"
 	"time"
 
+	"einsora.dev/edge/internal/gctest"
 	"einsora.dev/edge/protocol"
 )
 
@@ -101,25 +101,13 @@ func TestParkedPollKeepsNotItsRequestsContext(t *testing.T) {
 	h.machine("m-1")
 	d := h.sync("m-1", &protocol.SyncRequest{})
 
-	collected := make(chan struct{})
-	state := new([4096]byte)
-	runtime.AddCleanup(state, func(struct{}) { close(collected) }, struct{}{})
+	state, freed := gctest.Watched()
 	woken := make(chan struct{}, 1)
 	ctx := OnWoken(context.WithValue(context.Background(), requestStateKey{}, state), func() { woken <- struct{}{} })
 	got, _ := h.parkPollIn(ctx, "m-1", d)
 	state, ctx = nil, nil
-
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		runtime.GC()
-		select {
-		case <-collected:
-		case <-time.After(10 * time.Millisecond):
-			if time.Now().Before(deadline) {
-				continue
-			}
-			t.Fatal("the request's context was kept with its parked poll")
-		}
-		break
+	if !gctest.Freed(freed, 5*time.Second) {
+		t.Fatal("the request's context was kept with its parked poll")
 	}
 	h.Wake("m-1")
 	if a := h.parkedAnswer(got); a.err != nil || a.resp.Unchanged {

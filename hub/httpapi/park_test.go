@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"einsora.dev/edge/internal/gctest"
 	"einsora.dev/edge/protocol"
 )
 
@@ -41,10 +41,10 @@ func TestParkedAnswerKeepsNotItsRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	pk := &recordingParker{parked: make(chan func(), 1), answered: make(chan *httptest.ResponseRecorder, 1)}
-	collected := make(chan struct{})
+	var freed <-chan struct{}
 	func() {
-		state := new([4096]byte)
-		runtime.AddCleanup(state, func(struct{}) { close(collected) }, struct{}{})
+		var state *[4096]byte
+		state, freed = gctest.Watched()
 		body := fmt.Sprintf(`{"protocol_version":%d,"store_id":%q,"generation":%d}`, protocol.Version, d.StoreID, d.Generation)
 		r := httptest.NewRequest(http.MethodPost, protocol.SyncPath, strings.NewReader(body))
 		r = r.WithContext(WithParker(context.WithValue(r.Context(), requestStateKey{}, state), pk))
@@ -55,17 +55,8 @@ func TestParkedAnswerKeepsNotItsRequest(t *testing.T) {
 	default:
 		t.Fatal("the poll was not parked")
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		runtime.GC()
-		select {
-		case <-collected:
-		case <-time.After(10 * time.Millisecond):
-			if time.Now().Before(deadline) {
-				continue
-			}
-			t.Fatal("the request's context was kept with its parked poll")
-		}
-		break
+	if !gctest.Freed(freed, 5*time.Second) {
+		t.Fatal("the request's context was kept with its parked poll")
 	}
 	h.Wake("m-1")
 	select {
