@@ -60,8 +60,8 @@ func (a *API) parking(r *http.Request, machineID string) context.Context {
 		return r.Context()
 	}
 	// Nothing of r: the answer needs none of it, and r, its context
-	// included, would keep the request's and its connection's state (net/http's
-	// buffers, the context's chain) for as long as the poll is parked.
+	// included, would keep the request's and its connection's state
+	// (net/http's buffers, the context's chain) while the poll is parked.
 	return hub.WithParking(r.Context(), &hub.Parking{
 		Parked: pk.Parked,
 		Deliver: func(resp *protocol.SyncResponse, err error) {

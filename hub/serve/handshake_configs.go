@@ -20,8 +20,8 @@ import (
 // it, hardly any. Each is made for one span of session ticket keys, and
 // not lent after it.
 type handshakeConfigs struct {
-	// make clones the base configuration, verifying through hc.
-	make func(hc *handshakeConfig) *tls.Config
+	// clone clones the base configuration, verifying through hc.
+	clone func(hc *handshakeConfig) *tls.Config
 	// max bounds free: no more handshakes are in flight at once.
 	max int
 
@@ -54,7 +54,7 @@ func (h *handshakeConfigs) lend(c *countedConn, span int64) *tls.Config {
 	h.mu.Unlock()
 	if hc == nil {
 		hc = &handshakeConfig{span: span}
-		hc.cfg = h.make(hc)
+		hc.cfg = h.clone(hc)
 		h.made.Add(1)
 	}
 	hc.conn = c

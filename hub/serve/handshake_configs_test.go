@@ -9,7 +9,7 @@ import (
 // VerifyConnection runs, and is not lent after its ticket key span.
 func TestHandshakeConfigLentOneHandshakeAtATimeWithinItsSpan(t *testing.T) {
 	var made []*handshakeConfig
-	h := &handshakeConfigs{max: 4, make: func(hc *handshakeConfig) *tls.Config {
+	h := &handshakeConfigs{max: 4, clone: func(hc *handshakeConfig) *tls.Config {
 		made = append(made, hc)
 		return &tls.Config{}
 	}}

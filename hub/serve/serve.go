@@ -218,7 +218,7 @@ func NewServer(cfg Config) *Server {
 	s.tickets = &ticketKeys{ca: cfg.CA}
 	// A handshake in flight is an untrusted connection: no more configs
 	// are lent at once than MaxUntrusted.
-	s.configs = &handshakeConfigs{make: s.handshakeConfig, max: lim.MaxUntrusted}
+	s.configs = &handshakeConfigs{clone: s.handshakeConfig, max: lim.MaxUntrusted}
 	s.refreshTickets()
 	mux := http.NewServeMux()
 	identify := s.identify
