@@ -102,3 +102,41 @@ func BenchmarkAdmitPass(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkChangeInABusyFleet is the placement side of one change in a
+// kept Fleet of 10,000 two-CPU machines, 9,000 of them full: place a
+// workload, commit it (Update), end the pass, and let it go again, as a
+// controller's passes do one change at a time.
+func BenchmarkChangeInABusyFleet(b *testing.B) {
+	const n, full = 10000, 9000
+	ms := make([]Machine, n)
+	for i := range ms {
+		m := linux(fmt.Sprintf("m-%05d", i), "acme", "eu", 0)
+		m.CPUs = 2
+		if i < full {
+			m.Holding = []Held{{Workload: fmt.Sprintf("old-%05d", i), Driver: "docker", Kind: protocol.KindContainer, CPUs: 2, MemoryMB: 1024}}
+		}
+		ms[i] = m
+	}
+	c := class(b, "cpu-1")
+	f := NewFleet(ms, DefaultDrivers)
+	byID := map[string]int{}
+	for i := range ms {
+		byID[ms[i].ID] = i
+	}
+	k := 0
+	for b.Loop() {
+		id := fmt.Sprintf("w-%d", k)
+		k++
+		d, err := f.Place(wl(id, "acme", "eu", protocol.KindContainer, c.Name), c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := &ms[byID[d.Machine]]
+		m.Holding = append(m.Holding, Held{Workload: id, Driver: d.Driver, Kind: protocol.KindContainer, CPUs: c.CPUs, MemoryMB: c.MemoryMB})
+		f.NewPass()
+		f.Update(*m)
+		m.Holding = m.Holding[:len(m.Holding)-1]
+		f.Update(*m)
+	}
+}

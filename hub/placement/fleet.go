@@ -48,6 +48,9 @@ type Fleet struct {
 	heldWork []string
 	// gone counts the removed machines' slots.
 	gone int
+	// passedOver counts the machines Place set aside: what placing has
+	// cost, in machines examined, which the tests hold to what changed.
+	passedOver int
 }
 
 type scope struct{ owner, region string }
@@ -150,8 +153,9 @@ func (f *Fleet) NewPass() {
 	for _, i := range f.heldOn {
 		if ms := &f.machines[i]; ms.held && !ms.gone {
 			f.setRecord(ms, ms.m)
-			// Less held, it is a worse fit than its place says.
-			f.refit(i)
+			// Less held, it is a worse fit than its place says, and may
+			// fit where the pass's holds had filled it.
+			f.reconsider(i)
 		}
 	}
 	for _, w := range f.heldWork {
@@ -492,12 +496,13 @@ type shortlist struct {
 	noDriver bool // no driver in the table runs the shape
 	// fails counts the machines of the scope that fail each static stage.
 	fails [stageFits]int
-	// heap holds the machines on the list that may fit in this pass, as
-	// a heap by Fleet.better; aside, those that failed a dynamic rule in
-	// it, back on the heap when the next pass begins. A machine's place
-	// in either is in its listing, kept true by every move.
+	// heap holds the machines on the list that may fit, as a heap by
+	// Fleet.better; aside, those that failed a dynamic rule, back on the
+	// heap only when what they have free may have grown: their record
+	// changed, or a pass that held on them ended. A machine's place in
+	// either is in its listing, kept true by every move.
 	heap, aside []int
-	// pass is the pass aside and known are of.
+	// pass is the pass known is of.
 	pass uint64
 	// When known, failStage and failDriver are the reason nothing fits,
 	// unchanged since no machine of the list has been held on since.
@@ -543,17 +548,17 @@ func (sl *shortlist) place(f *Fleet, i int) *listing {
 	return &ms.lists[ms.listed(sl)]
 }
 
-// begin readies the list for the fleet's pass: every machine on it may
-// fit again.
+// begin readies the list for the fleet's pass. The machines set aside
+// stay aside: each failed a dynamic rule for the list's shape, which reads
+// only what the machine has free, and nothing it has free grew since, or
+// it would be back on the heap (set, reconsider). Putting them all back at
+// every pass made a placement pass over every full machine again: in a
+// busy fleet, a change cost the fleet (issue 13).
 func (sl *shortlist) begin(f *Fleet) {
 	if sl.pass == f.pass {
 		return
 	}
 	sl.pass, sl.known = f.pass, false
-	for _, i := range sl.aside {
-		sl.push(f, i, sl.place(f, i))
-	}
-	sl.aside = sl.aside[:0]
 }
 
 // add puts machine i, with its permitted drivers, on the list.
@@ -608,6 +613,7 @@ func (sl *shortlist) setAside(f *Fleet) {
 	}
 	sl.place(f, i).at = ^len(sl.aside)
 	sl.aside = append(sl.aside, i)
+	f.passedOver++
 }
 
 // dropAside takes the k-th machine set aside out of aside.
@@ -863,13 +869,32 @@ func (f *Fleet) hold(i int, w *Workload, c *Class, dec Decision) {
 	f.refit(i)
 }
 
-// refit makes machine i's places on its lists' heaps right after what it
-// has free changed; the reason nothing fits may change with it.
+// refit makes machine i's places on its lists' heaps right after a hold
+// took some of what it has free; the reason nothing fits may change with
+// it. A list it is set aside on keeps it there: with less free, it still
+// fails the rule it failed.
 func (f *Fleet) refit(i int) {
 	for _, l := range f.machines[i].lists {
 		l.sl.known = false
 		if l.at >= 0 {
 			l.sl.fix(f, l.at)
 		}
+	}
+}
+
+// reconsider makes machine i's places right after what it has free grew:
+// on the lists it was set aside on it may fit again, so it is back on
+// their heaps.
+func (f *Fleet) reconsider(i int) {
+	ms := &f.machines[i]
+	for j := range ms.lists {
+		l := &ms.lists[j]
+		l.sl.known = false
+		if l.at < 0 {
+			l.sl.dropAside(f, ^l.at)
+			l.sl.push(f, i, l)
+			continue
+		}
+		l.sl.fix(f, l.at)
 	}
 }

@@ -176,3 +176,50 @@ func TestUpdateMidPassOffersTheMachineAgain(t *testing.T) {
 		t.Fatalf("after b grew, placed on %v, want [a b]", got)
 	}
 }
+
+// A placement in a busy fleet costs what changed, not the full machines:
+// a machine that fitted nothing of a shape is passed over once, and again
+// only after what it has free grew. Before, every pass put every full
+// machine back on the heap, so the first placement of each pass passed
+// over all of them (issue 13).
+func TestFullMachinePassedOverOnceUntilItHasRoom(t *testing.T) {
+	const full, empty, passes = 300, 20, 10
+	c := class(t, "cpu-1")
+	var ms []Machine
+	for i := range full + empty {
+		m := linux(fmt.Sprintf("m-%03d", i), "acme", "eu", 0)
+		m.CPUs = 2
+		if i < full {
+			m.Holding = []Held{{Workload: fmt.Sprintf("old-%03d", i), Driver: "docker", Kind: protocol.KindContainer, CPUs: 2, MemoryMB: 1024}}
+		}
+		ms = append(ms, m)
+	}
+	f := NewFleet(ms, DefaultDrivers)
+	byID := map[string]*Machine{}
+	for i := range ms {
+		byID[ms[i].ID] = &ms[i]
+	}
+	for p := range passes {
+		id := fmt.Sprintf("w-%02d", p)
+		d, err := f.Place(wl(id, "acme", "eu", protocol.KindContainer, c.Name), c)
+		if err != nil {
+			t.Fatalf("pass %d: %v", p, err)
+		}
+		// The pass commits: the machine's record holds the workload.
+		m := byID[d.Machine]
+		m.Holding = append(m.Holding, Held{Workload: id, Driver: d.Driver, Kind: protocol.KindContainer, CPUs: c.CPUs, MemoryMB: c.MemoryMB})
+		f.NewPass()
+		f.Update(*m)
+	}
+	// Each pass may pass over the machine the one before filled, no more.
+	if limit := full + passes; f.passedOver > limit {
+		t.Errorf("%d passes passed over %d machines, want at most %d: the full ones again at every pass", passes, f.passedOver, limit)
+	}
+	// One whose workload left has room again, and is the best fit.
+	m := byID["m-000"]
+	m.Holding = nil
+	f.Update(*m)
+	if d, err := f.Place(wl("w-back", "acme", "eu", protocol.KindContainer, c.Name), c); err != nil || d.Machine != "m-000" {
+		t.Errorf("after m-000 was emptied, placed on %q (%v), want m-000", d.Machine, err)
+	}
+}
