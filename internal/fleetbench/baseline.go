@@ -15,6 +15,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -199,6 +200,10 @@ func (b *baselineTarget) reached(ctx context.Context, since time.Time) (int, err
 	return strconv.Atoi(strings.TrimSpace(string(body)))
 }
 
+func (b *baselineTarget) liveHeap(ctx context.Context) (int64, error) {
+	return liveHeap(ctx, b.adminURL, "")
+}
+
 func (b *baselineTarget) burst(ctx context.Context, n int) ([]string, error) {
 	ids := make([]string, n)
 	for i := range ids {
@@ -359,6 +364,8 @@ func ServeBaseline(dir string) error {
 		s.mu.Unlock()
 		fmt.Fprintln(w, n)
 	})
+	// The live heap, read as from the hub's admin API.
+	adm.Handle("GET /debug/pprof/heap", pprof.Handler("heap"))
 	aln, err := net.Listen("tcp", os.Getenv("FLEETBENCH_ADMIN"))
 	if err != nil {
 		return err

@@ -117,7 +117,11 @@ type result struct {
 	rssPerAgentKiB float64
 	// rssEndPerAgentKiB is the same at the idle window's end: the
 	// collections at idle have shrunk the held polls' stacks by then.
-	rssEndPerAgentKiB     float64
+	rssEndPerAgentKiB float64
+	// heapEndPerAgentKiB is the servers' live heap after a collection at
+	// the idle window's end, less the same before the agents connected:
+	// what an agent costs the server, whatever the collector's phase.
+	heapEndPerAgentKiB    float64
 	idleCPUPerAgentHour   time.Duration
 	idleBytesPerAgentHour float64
 	// idleWirePerAgentHour adds the TCP/IP headers of every segment, the
@@ -282,6 +286,10 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	if err != nil {
 		return r, err
 	}
+	heap0, err := t.liveHeap(ctx)
+	if err != nil {
+		return r, err
+	}
 	f, err := newFleet(urls, creds, hubclient.HTTPSConfig{HTTP1: cfg.HTTP1 || http1Only(t), HTTP2: cfg.HTTP2 && !http1Only(t)})
 	if err != nil {
 		return r, err
@@ -325,6 +333,13 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 		return r, err
 	}
 	r.rssEndPerAgentKiB = float64(rss2-rss0) / float64(cfg.N)
+	// After the window's CPU is read: the collection it runs is not idle
+	// cost.
+	heap2, err := t.liveHeap(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.heapEndPerAgentKiB = float64(heap2-heap0) / 1024 / float64(cfg.N)
 	idleRate := float64(cpu1-cpu0) / cfg.Window.Seconds() // CPU per second of wall time
 	hours := cfg.Window.Hours()
 	r.idleCPUPerAgentHour = time.Duration(idleRate * 3600 / float64(cfg.N))
@@ -343,8 +358,8 @@ func measure(ctx context.Context, cfg Config, t target) (r result, err error) {
 	if lost1 := testnet.BacklogDrops(); lost0 >= 0 && lost1 >= 0 {
 		drops = lost1 - lost0
 	}
-	fmt.Fprintf(cfg.Out, "  idle: hub RSS +%.1f KiB per agent (+%.1f KiB at the window's end), CPU %s per agent-hour, %.1f KB per agent-hour (%.1f KB on the wire); failed syncs: %s; packets lost to loopback's backlog: %d\n",
-		r.rssPerAgentKiB, r.rssEndPerAgentKiB, r.idleCPUPerAgentHour.Round(time.Microsecond), r.idleBytesPerAgentHour/1000, r.idleWirePerAgentHour/1000, f.causes.take(), drops)
+	fmt.Fprintf(cfg.Out, "  idle: hub RSS +%.1f KiB per agent (+%.1f KiB at the window's end, live heap +%.1f KiB), CPU %s per agent-hour, %.1f KB per agent-hour (%.1f KB on the wire); failed syncs: %s; packets lost to loopback's backlog: %d\n",
+		r.rssPerAgentKiB, r.rssEndPerAgentKiB, r.heapEndPerAgentKiB, r.idleCPUPerAgentHour.Round(time.Microsecond), r.idleBytesPerAgentHour/1000, r.idleWirePerAgentHour/1000, f.causes.take(), drops)
 
 	// Single-workload changes, each waited for before the next. Among
 	// replicas, a create goes to each replica in turn (the leader places
@@ -646,6 +661,9 @@ func printTable(w io.Writer, n int, cols []column) {
 	})
 	row("the same at the idle window's end", func(r result) (string, float64, bool) {
 		return fmt.Sprintf("%.1f KiB", r.rssEndPerAgentKiB), r.rssEndPerAgentKiB, true
+	})
+	row("hub live heap per idle connected agent, after a collection at the window's end", func(r result) (string, float64, bool) {
+		return fmt.Sprintf("%.1f KiB", r.heapEndPerAgentKiB), r.heapEndPerAgentKiB, true
 	})
 	row("idle traffic per agent-hour (TLS records, both ways)", func(r result) (string, float64, bool) {
 		return fmt.Sprintf("%.1f KB", r.idleBytesPerAgentHour/1000), r.idleBytesPerAgentHour, true

@@ -8,8 +8,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"testing"
@@ -427,5 +430,49 @@ func TestRestartCrashesTheReplicaHoldingTheMostAgents(t *testing.T) {
 	}
 	if got, want := joinCounts([]int{0, 5021, 4979}), "0 / 5021 / 4979"; got != want {
 		t.Errorf("joinCounts = %q, want %q", got, want)
+	}
+}
+
+// The live heap is read from a server's heap profile, after a collection:
+// it counts what the server keeps and not what it has freed, and is sent
+// the admin token where the server asks for one.
+func TestLiveHeapReadFromTheHeapProfile(t *testing.T) {
+	const token = "s3cret"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			http.Error(w, "no token", http.StatusUnauthorized)
+			return
+		}
+		pprof.Handler("heap").ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	before, err := liveHeap(ctx, srv.URL, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No collection but the one asked for: the garbage is still on the
+	// heap when the profile is asked for.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	kept := make([]byte, 64<<20)
+	for range 4 {
+		_ = make([]byte, 64<<20) // garbage at once
+	}
+	after, err := liveHeap(ctx, srv.URL, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if grew := after - before; grew < 60<<20 || grew > 100<<20 {
+		t.Errorf("the live heap grew by %d MiB keeping 64 MiB and freeing 256, want about 64", grew>>20)
+	}
+	runtime.KeepAlive(kept)
+
+	if _, err := liveHeap(ctx, srv.URL, "wrong"); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("with the wrong token: %v, want the server's 401", err)
+	}
+	bare := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "heap profile: 0: 0 [0: 0] @ heap/1048576\n") }))
+	defer bare.Close()
+	if _, err := liveHeap(ctx, bare.URL, ""); err == nil || !strings.Contains(err.Error(), "no HeapAlloc") {
+		t.Errorf("from a profile without statistics: %v, want it said", err)
 	}
 }

@@ -374,6 +374,18 @@ func (h *hubTarget) reached(ctx context.Context, _ time.Time) (int, error) {
 	return sum, nil
 }
 
+func (h *hubTarget) liveHeap(ctx context.Context) (int64, error) {
+	var sum int64
+	for i, r := range h.reps {
+		n, err := liveHeap(ctx, r.api.BaseURL, r.api.Token)
+		if err != nil {
+			return 0, fmt.Errorf("replica %d: %w", i, err)
+		}
+		sum += n
+	}
+	return sum, nil
+}
+
 // longPolls reads how many polls a hub holds, from GET /v1/counters.
 func longPolls(ctx context.Context, api *adminapi.Client) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -141,4 +142,43 @@ func (c *countedConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// liveHeap is a server's live heap, in bytes: the HeapAlloc its heap
+// profile reports (GET base/debug/pprof/heap?gc=1&debug=1) just after the
+// collection that asking for it runs. RSS at one moment follows the
+// collector's phase, and what is freed goes back to the kernel over
+// minutes; the live heap after a collection is what the server keeps.
+// token, when set, is sent as a bearer token (the hub's admin API).
+func liveHeap(ctx context.Context, base, token string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/debug/pprof/heap?gc=1&debug=1", nil)
+	if err != nil {
+		return 0, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("read the live heap: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("read the live heap: %s answered %s", req.URL.Redacted(), resp.Status)
+	}
+	// The profile's stacks come first, the runtime's memory statistics
+	// last; a line is short.
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "# HeapAlloc = "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("read the live heap: %w", err)
+	}
+	return 0, fmt.Errorf("read the live heap: %s has no HeapAlloc line", req.URL.Redacted())
 }

@@ -44,6 +44,9 @@ type target interface {
 	// account: a held poll never answers, so the agents cannot tell. It
 	// is every machine once all are back.
 	reached(ctx context.Context, since time.Time) (int, error)
+	// liveHeap is the server processes' live heap after a collection,
+	// summed, in bytes.
+	liveHeap(ctx context.Context) (int64, error)
 }
 
 // process is a server process whose first stdout line says where it
