@@ -31,6 +31,7 @@ authority in --data. SIGINT or SIGTERM drains: waiting agents are told to reconn
 		Args: cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Logger = newLogger(cmd.ErrOrStderr(), format, verbose)
+			tuneCollector(os.Getenv, opts.Logger)
 			opts.Version = version
 			opts.Ready = func(adminURL, agentURL string) {
 				fmt.Fprintf(cmd.OutOrStdout(), "einsora-hub serve: admin API on %s, agents connect to %s, data in %s\n", adminURL, agentURL, opts.DataDir)
