@@ -470,7 +470,9 @@ func TestLiveHeapReadFromTheHeapProfile(t *testing.T) {
 	if _, err := liveHeap(ctx, srv.URL, "wrong"); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("with the wrong token: %v, want the server's 401", err)
 	}
-	bare := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "heap profile: 0: 0 [0: 0] @ heap/1048576\n") }))
+	bare := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "heap profile: 0: 0 [0: 0] @ heap/1048576\n")
+	}))
 	defer bare.Close()
 	if _, err := liveHeap(ctx, bare.URL, ""); err == nil || !strings.Contains(err.Error(), "no HeapAlloc") {
 		t.Errorf("from a profile without statistics: %v, want it said", err)
