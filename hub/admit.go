@@ -138,13 +138,14 @@ func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (la
 	var (
 		wakes    changes
 		decided  []decision
-		placed   []store.Workload
+		writes   admitWrites
 		epoch    int64
 		settling bool
 	)
 	c.backend.Prepare()
 	err = c.store.Update(ctx, func(tx store.Tx) error {
-		wakes, decided, placed, last, n, settling = wakes[:0], decided[:0], placed[:0], store.Workload{}, 0, false
+		wakes, decided, last, n, settling = wakes[:0], decided[:0], store.Workload{}, 0, false
+		writes.placed, writes.queued = writes.placed[:0], writes.queued[:0]
 		var err error
 		if epoch, err = c.fenced(tx); err != nil {
 			return err
@@ -168,14 +169,11 @@ func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (la
 		}
 		fleet := capacity.Fleet
 		for _, w := range waiting {
-			if err := c.admitOne(tx, fleet, classes, &w, &wakes, &decided); err != nil {
+			if err := c.admitOne(tx, fleet, classes, &w, &wakes, &decided, &writes); err != nil {
 				return fmt.Errorf("admit %s: %w", w.ID, err)
 			}
-			if w.State == store.StateProvisioning {
-				placed = append(placed, w)
-			}
 		}
-		return nil
+		return c.write(tx, &writes)
 	})
 	if err != nil {
 		return store.Workload{}, 0, fmt.Errorf("admit: %w", err)
@@ -195,7 +193,7 @@ func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (la
 	}
 	// What it placed holds capacity on its new machine, as written, and
 	// runs there; what it moved holds none on the old one, read again.
-	c.backend.Placed(placed...)
+	c.backend.Placed(writes.placed...)
 	moved := slices.DeleteFunc(wakes, func(wk change) bool { return wk.mode == protocol.ModeRun })
 	c.backend.Changed(machinesOf(refsOf(moved))...)
 	tell(c.backend, moved)
@@ -203,10 +201,10 @@ func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (la
 	return last, n, nil
 }
 
-func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[string]store.Class, w *store.Workload, wakes *changes, decided *[]decision) error {
+func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[string]store.Class, w *store.Workload, wakes *changes, decided *[]decision, writes *admitWrites) error {
 	class, ok := classes[w.Class]
 	if !ok {
-		return c.queue(tx, w, "its class "+w.Class+" no longer exists", ReasonClassMissing, decided)
+		return c.queue(tx, w, "its class "+w.Class+" no longer exists", ReasonClassMissing, decided, writes)
 	}
 	pw := placement.Workload{ID: w.ID, Tenant: w.Tenant, Region: w.Region, Kind: w.Kind, Class: w.Class, Image: w.Image}
 	pw.Ports, pw.Needs = specNeeds(w.Spec)
@@ -217,7 +215,7 @@ func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[s
 	d, err := fleet.Place(pw, placement.Class(class))
 	var nofit *placement.NoFit
 	if errors.As(err, &nofit) {
-		return c.queue(tx, w, nofit.Reason, nofit.Code, decided)
+		return c.queue(tx, w, nofit.Reason, nofit.Code, decided, writes)
 	}
 	if err != nil {
 		return err
@@ -237,44 +235,80 @@ func (c *Controller) admitOne(tx store.Tx, fleet *placement.Fleet, classes map[s
 	text := fmt.Sprintf("placed on machine %s with driver %s as class %s (attempt %d)", d.Machine, d.Driver, class.Name, w.Attempt)
 	// The audit trail of admits, logged once committed.
 	*decided = append(*decided, decision{workload: w.ID, machine: d.Machine, driver: d.Driver, attempt: w.Attempt})
-	return c.place(tx, w, d, text, wakes)
+	return c.place(tx, w, d, text, wakes, writes)
 }
 
-// place records a placement: state provisioning, new mode generation.
-// The machine's record comes back from the bump of its generation, and
-// the view must have had it right (Confirm), or nothing commits.
-func (c *Controller) place(tx store.Tx, w *store.Workload, d placement.Decision, text string, wakes *changes) error {
+// place records a placement: state provisioning, and a new mode
+// generation once the batch's machines are bumped (write).
+func (c *Controller) place(tx store.Tx, w *store.Workload, d placement.Decision, text string, wakes *changes, writes *admitWrites) error {
 	w.Machine, w.Driver, w.Devices = d.Machine, d.Driver, d.Devices
-	m, err := tx.BumpMachine(d.Machine)
-	var read *store.Machine
-	switch {
-	case err == nil:
-		read = &m
-	case !errors.Is(err, store.ErrNotFound):
-		return fmt.Errorf("read machine %s: %w", d.Machine, err)
-	}
-	if err := c.backend.Confirm(d.Machine, read); err != nil {
-		return err
-	}
-	w.State, w.Reason, w.Since, w.ModeGeneration = store.StateProvisioning, "", c.clk.Now(), m.Generation
+	w.State, w.Reason, w.Since = store.StateProvisioning, "", c.clk.Now()
 	wakes.add(protocol.ModeRun, w.ID, d.Machine)
-	if err := tx.PutWorkload(*w); err != nil {
+	writes.placed = append(writes.placed, *w)
+	return timeline(tx, c.clk.Now(), w.ID, text)
+}
+
+// admitWrites are an admit batch's writes, gathered as it decides and
+// made together at its end (write): each machine placed on is bumped
+// once for all its placements, and the workloads are written several a
+// statement. One placement was two statements, and a burst's thousands
+// of them queued under the store's one writer (issue 13).
+type admitWrites struct {
+	// placed are the workloads placed, in the order they were.
+	placed []store.Workload
+	// queued are the workloads left waiting with a new reason.
+	queued []store.Workload
+}
+
+// write makes the batch's writes in tx. Each machine placed on comes back
+// from its bump as the transaction reads it, and the view must have had
+// it right (Confirm), or nothing commits. A machine's placements take its
+// new generations in the order they were made, as a bump each would give.
+func (c *Controller) write(tx store.Tx, writes *admitWrites) error {
+	var bumps []store.Bump
+	count := make(map[string]int64)
+	for _, w := range writes.placed {
+		if count[w.Machine] == 0 {
+			bumps = append(bumps, store.Bump{Machine: w.Machine})
+		}
+		count[w.Machine]++
+	}
+	for i := range bumps {
+		bumps[i].By = count[bumps[i].Machine]
+	}
+	read, err := tx.BumpMachines(bumps)
+	if err != nil {
 		return err
 	}
-	return timeline(tx, c.clk.Now(), w.ID, text)
+	byID := make(map[string]*store.Machine, len(read))
+	for i := range read {
+		byID[read[i].ID] = &read[i]
+	}
+	next := make(map[string]int64, len(bumps))
+	for _, b := range bumps {
+		m := byID[b.Machine]
+		if err := c.backend.Confirm(b.Machine, m); err != nil {
+			return err
+		}
+		next[b.Machine] = m.Generation - b.By + 1
+	}
+	for i := range writes.placed {
+		w := &writes.placed[i]
+		w.ModeGeneration = next[w.Machine]
+		next[w.Machine]++
+	}
+	return tx.PutWorkloads(slices.Concat(writes.queued, writes.placed))
 }
 
 // queue leaves w waiting with reason, writing the timeline only when the
 // reason changed, so a workload waiting for hours has one line, not
 // thousands.
-func (c *Controller) queue(tx store.Tx, w *store.Workload, reason, code string, decided *[]decision) error {
+func (c *Controller) queue(tx store.Tx, w *store.Workload, reason, code string, decided *[]decision, writes *admitWrites) error {
 	if w.State == store.StateQueued && w.Reason == reason {
 		return nil
 	}
 	w.State, w.Reason, w.Since = store.StateQueued, reason, c.clk.Now()
 	*decided = append(*decided, decision{workload: w.ID, reason: reason, code: code})
-	if err := tx.PutWorkload(*w); err != nil {
-		return err
-	}
+	writes.queued = append(writes.queued, *w)
 	return timeline(tx, c.clk.Now(), w.ID, "queued: "+reason)
 }

@@ -81,15 +81,21 @@ type Tx interface {
 	// BumpGeneration increments the machine's desired generation and
 	// returns the new value.
 	BumpGeneration(machineID string) (int64, error)
-	// BumpMachine is BumpGeneration returning the machine's whole record
-	// as it is after: a placement's check of the machine and the
-	// generation it sets, in one statement.
-	BumpMachine(machineID string) (Machine, error)
+	// BumpMachines adds each bump's count to its machine's desired
+	// generation and returns the records of the machines bumped, as they
+	// are after, in no set order; a machine not in the store is missing
+	// from them. It is an admit batch's placements, several a statement:
+	// the check of each machine placed on and the generations they set.
+	BumpMachines(bumps []Bump) ([]Machine, error)
 
 	// CreateWorkload inserts a new workload; ErrExists if its ID is taken.
 	CreateWorkload(w Workload) error
 	// PutWorkload replaces an existing workload's record.
 	PutWorkload(w Workload) error
+	// PutWorkloads replaces existing workloads' records, several a
+	// statement; a workload named twice keeps its last record. ErrNotFound
+	// if one is missing.
+	PutWorkloads(ws []Workload) error
 	Workload(id string) (Workload, error)
 	// Workloads returns the workloads matching f, oldest first.
 	Workloads(f WorkloadFilter) ([]Workload, error)
@@ -211,6 +217,12 @@ type Class struct {
 	Devices     int
 	CPUs        int
 	MemoryMB    int
+}
+
+// Bump is how much to add to a machine's desired generation.
+type Bump struct {
+	Machine string
+	By      int64
 }
 
 // LastSync is a machine's ID with when it last synced.

@@ -531,15 +531,43 @@ func (t *tx) BumpGeneration(machineID string) (int64, error) {
 	return gen, nil
 }
 
-func (t *tx) BumpMachine(machineID string) (store.Machine, error) {
-	if err := t.refuseBump(machineID); err != nil {
-		return store.Machine{}, err
+func (t *tx) BumpMachines(bumps []store.Bump) ([]store.Machine, error) {
+	if t.readOnly {
+		return nil, fmt.Errorf("bump the generations of %d machines in a read-only transaction", len(bumps))
 	}
-	m, err := scanMachine(t.queryRow(`UPDATE machines SET generation = generation + 1 WHERE id = ? RETURNING `+machineCols, machineID))
-	if err != nil {
-		return store.Machine{}, notFound("machine", machineID, err)
+	by := make(map[string]int64, len(bumps))
+	var ids []string
+	for _, b := range bumps {
+		if _, ok := by[b.Machine]; !ok {
+			ids = append(ids, b.Machine)
+		}
+		by[b.Machine] += b.By
 	}
-	return m, nil
+	out := make([]store.Machine, 0, len(ids))
+	for len(ids) > 0 {
+		n := rowsInNextStatement(len(ids))
+		args := make([]any, 0, 2*n)
+		for _, id := range ids[:n] {
+			args = append(args, id, by[id])
+		}
+		rows, err := t.query(bumpMachinesQueries[n], args...)
+		if err != nil {
+			return nil, fmt.Errorf("bump the generations of %d machines: %w", n, err)
+		}
+		for rows.Next() {
+			m, err := scanMachine(rows)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out = append(out, m)
+		}
+		if err := t.seen(rows.Err()); err != nil {
+			return nil, fmt.Errorf("bump the generations of %d machines: %w", n, err)
+		}
+		ids = ids[n:]
+	}
+	return out, nil
 }
 
 // refuseBump refuses a bump in a read-only transaction. PostgreSQL
@@ -611,6 +639,48 @@ func (t *tx) PutWorkload(w store.Workload) error {
 		return fmt.Errorf("workload %q: %w", w.ID, store.ErrNotFound)
 	}
 	return nil
+}
+
+func (t *tx) PutWorkloads(ws []store.Workload) error {
+	last := make(map[string]int, len(ws))
+	for i, w := range ws {
+		last[w.ID] = i
+	}
+	rows := make([]store.Workload, 0, len(last))
+	for i, w := range ws {
+		if last[w.ID] == i {
+			rows = append(rows, w)
+		}
+	}
+	for len(rows) > 0 {
+		n := rowsInNextStatement(len(rows))
+		args := make([]any, 0, len(workloadTypes)*n)
+		for _, w := range rows[:n] {
+			args = append(args, workloadArgs(w)...)
+		}
+		res, err := t.exec(putWorkloadsQueries[n], args...)
+		if err != nil {
+			return fmt.Errorf("write %d workloads: %w", n, err)
+		}
+		if got, _ := res.RowsAffected(); got < int64(n) {
+			return t.missingWorkload(rows[:n])
+		}
+		rows = rows[n:]
+	}
+	return nil
+}
+
+// missingWorkload names the first of ws not in the store: a write of
+// several found fewer rows than it named.
+func (t *tx) missingWorkload(ws []store.Workload) error {
+	for _, w := range ws {
+		var one int
+		err := t.queryRow(`SELECT 1 FROM workloads WHERE id = ?`, w.ID).Scan(&one)
+		if err != nil {
+			return notFound("workload", w.ID, err)
+		}
+	}
+	return fmt.Errorf("write %d workloads: fewer rows written than named", len(ws))
 }
 
 func (t *tx) Workload(id string) (store.Workload, error) {
@@ -735,15 +805,15 @@ func (t *tx) AddTimeline(es ...store.TimelineEntry) error {
 	return nil
 }
 
-// linesPerInsert is the most lines one INSERT writes. A write of n lines
-// takes as many of these as fit, then one INSERT for each set bit of the
-// rest, so the statements' texts are a handful and stay prepared.
-const linesPerInsert = 64
+// rowsPerStatement is the most rows one statement writes. A write of n
+// rows takes as many of these as fit, then one statement for each set bit
+// of the rest, so the statements' texts are a handful and stay prepared.
+const rowsPerStatement = 64
 
-// linesInNextInsert is how many of n lines waiting the next INSERT
-// writes: the largest power of two up to linesPerInsert that fits.
-func linesInNextInsert(n int) int {
-	size := linesPerInsert
+// rowsInNextStatement is how many of n rows waiting the next statement
+// writes: the largest power of two up to rowsPerStatement that fits.
+func rowsInNextStatement(n int) int {
+	size := rowsPerStatement
 	for size > n {
 		size /= 2
 	}
@@ -755,7 +825,7 @@ func linesInNextInsert(n int) int {
 // of placements (a line each) pays for in time under the store's writer.
 func (t *tx) writeLines() error {
 	for len(t.lines) > 0 {
-		n := linesInNextInsert(len(t.lines))
+		n := rowsInNextStatement(len(t.lines))
 		args := make([]any, 0, 6*n)
 		for _, e := range t.lines[:n] {
 			args = append(args, e.Workload, ts(e.At), e.Text, e.Kind, max(e.Count, 1), ts(e.First))

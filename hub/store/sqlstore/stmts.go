@@ -38,7 +38,7 @@ func cacheable(query string) bool {
 		return false
 	}
 	head := strings.ToUpper(strings.TrimSpace(query))
-	for _, kw := range []string{"SELECT", "INSERT", "UPDATE", "DELETE"} {
+	for _, kw := range []string{"SELECT", "INSERT", "UPDATE", "DELETE", "WITH"} {
 		if strings.HasPrefix(head, kw) {
 			return true
 		}

@@ -95,7 +95,7 @@ func TestTimelineWritesKeepFewStatements(t *testing.T) {
 	ctx := context.Background()
 	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	total := 0
-	for n := 1; n <= 2*linesPerInsert+20; n++ {
+	for n := 1; n <= 2*rowsPerStatement+20; n++ {
 		err := s.Update(ctx, func(tx store.Tx) error {
 			for i := range n {
 				if err := tx.AddTimeline(store.TimelineEntry{Workload: "w-1", At: at, Text: fmt.Sprint(i)}); err != nil {
@@ -132,8 +132,8 @@ func TestTimelineWritesKeepFewStatements(t *testing.T) {
 			texts++
 		}
 	}
-	// 1, 2, 4, … linesPerInsert: one text for each.
-	if want := bits.Len(linesPerInsert); texts > want {
+	// 1, 2, 4, … rowsPerStatement: one text for each.
+	if want := bits.Len(rowsPerStatement); texts > want {
 		t.Fatalf("%d INSERT texts for the timeline, want at most %d", texts, want)
 	}
 }

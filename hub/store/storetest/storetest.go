@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,8 +28,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("tenants", func(t *testing.T) { testTenants(t, open(t)) })
 	t.Run("classes", func(t *testing.T) { testClasses(t, open(t)) })
 	t.Run("machines_and_generations", func(t *testing.T) { testMachines(t, open(t)) })
+	t.Run("machines_bumped_together", func(t *testing.T) { testBumpMachines(t, open(t)) })
 	t.Run("machines_in_pages", func(t *testing.T) { testMachinePages(t, open(t)) })
 	t.Run("workloads", func(t *testing.T) { testWorkloads(t, open(t)) })
+	t.Run("workloads_written_together", func(t *testing.T) { testPutWorkloads(t, open(t)) })
 	t.Run("workloads_in_pages", func(t *testing.T) { testWorkloadPages(t, open(t)) })
 	t.Run("statuses", func(t *testing.T) { testStatuses(t, open(t)) })
 	t.Run("timeline_in_order", func(t *testing.T) { testTimeline(t, open(t)) })
@@ -147,17 +150,14 @@ func testMachines(t *testing.T, s store.Store) {
 	if gen != 2 {
 		t.Errorf("second bump: got %d, want 2", gen)
 	}
-	var bumped store.Machine
-	update(t, s, func(tx store.Tx) (err error) { bumped, err = tx.BumpMachine("m-1"); return err })
-	if bumped.Generation != 3 || bumped.Owner != "acme" || bumped.Region != "eu" || bumped.Inventory == nil || bumped.Inventory.CPUs != 8 {
-		t.Errorf("BumpMachine: got %+v, want m-1 at generation 3 with its record", bumped)
-	}
-	update(t, s, func(tx store.Tx) error {
-		if _, err := tx.BumpMachine("m-none"); !errors.Is(err, store.ErrNotFound) {
-			t.Errorf("BumpMachine of a missing machine: got %v, want ErrNotFound", err)
-		}
-		return nil
+	var bumped []store.Machine
+	update(t, s, func(tx store.Tx) (err error) {
+		bumped, err = tx.BumpMachines([]store.Bump{{Machine: "m-1", By: 1}, {Machine: "m-none", By: 1}})
+		return err
 	})
+	if len(bumped) != 1 || bumped[0].Generation != 3 || bumped[0].Owner != "acme" || bumped[0].Region != "eu" || bumped[0].Inventory == nil || bumped[0].Inventory.CPUs != 8 {
+		t.Errorf("BumpMachines of m-1 and a missing machine: got %+v, want m-1 at generation 3 with its record", bumped)
+	}
 	view(t, s, func(tx store.Tx) error {
 		got, err := tx.Machine("m-1")
 		if err != nil {
@@ -169,8 +169,8 @@ func testMachines(t *testing.T, s store.Store) {
 		if _, err := tx.BumpGeneration("m-none"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("bump of a missing machine: got %v, want ErrNotFound", err)
 		}
-		if _, err := tx.BumpMachine("m-none"); !errors.Is(err, store.ErrNotFound) {
-			t.Errorf("BumpMachine of a missing machine in a view: got %v, want ErrNotFound", err)
+		if _, err := tx.BumpMachines([]store.Bump{{Machine: "m-1", By: 1}}); err == nil {
+			t.Error("BumpMachines in a view: got no error")
 		}
 		if revoked, err := tx.MachineRevoked("m-1"); err != nil || revoked {
 			t.Errorf("m-1 revoked: got %t, %v; want false", revoked, err)
@@ -583,4 +583,92 @@ func ReplicaPolls(t *testing.T, st store.Store, url string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// testBumpMachines bumps machines several a statement: each by its own
+// count, one named twice by both, each returning its own record.
+func testBumpMachines(t *testing.T, s store.Store) {
+	var bumps []store.Bump
+	for i := range 100 {
+		m := store.Machine{ID: fmt.Sprintf("m-%03d", i), Name: "box", Owner: fmt.Sprint("owner-", i), Region: "eu", Registered: at}
+		update(t, s, func(tx store.Tx) error { return tx.PutMachine(m) })
+		bumps = append(bumps, store.Bump{Machine: m.ID, By: int64(i%3 + 1)})
+	}
+	bumps = append(bumps, store.Bump{Machine: "m-007", By: 10}, store.Bump{Machine: "m-none", By: 1})
+	var bumped []store.Machine
+	update(t, s, func(tx store.Tx) (err error) { bumped, err = tx.BumpMachines(bumps); return err })
+	if len(bumped) != 100 {
+		t.Errorf("BumpMachines of 100 machines, one named twice and one missing: got %d records, want 100", len(bumped))
+	}
+	want := func(i int) int64 {
+		if i == 7 {
+			return 12
+		}
+		return int64(i%3 + 1)
+	}
+	for _, m := range bumped {
+		var i int
+		if _, err := fmt.Sscanf(m.ID, "m-%03d", &i); err != nil {
+			t.Fatalf("BumpMachines returned %q", m.ID)
+		}
+		if m.Generation != want(i) || m.Owner != fmt.Sprint("owner-", i) {
+			t.Errorf("BumpMachines returned %s at generation %d of %q, want %d of owner-%d", m.ID, m.Generation, m.Owner, want(i), i)
+		}
+	}
+	view(t, s, func(tx store.Tx) error {
+		for _, i := range []int{0, 7, 98} {
+			if gen, _, err := tx.MachineGeneration(fmt.Sprintf("m-%03d", i)); err != nil || gen != want(i) {
+				t.Errorf("m-%03d: got generation %d, %v; want %d", i, gen, err, want(i))
+			}
+		}
+		return nil
+	})
+}
+
+// testPutWorkloads writes workloads several a statement: every column of
+// each, the last record of one named twice, and nothing of a write that
+// names a missing one.
+func testPutWorkloads(t *testing.T, s store.Store) {
+	update(t, s, func(tx store.Tx) error { return tx.CreateTenant(store.Tenant{Name: "acme", Created: at}) })
+	var ws []store.Workload
+	for i := range 100 {
+		w := store.Workload{ID: fmt.Sprintf("w-%03d", i), Name: fmt.Sprint("web-", i), Tenant: "acme", Kind: protocol.KindContainer,
+			Class: "cpu-1", Region: "eu", Image: "sim:", State: store.StatePending, Created: at.Add(time.Duration(i) * time.Second), Since: at}
+		update(t, s, func(tx store.Tx) error { return tx.CreateWorkload(w) })
+		ws = append(ws, w)
+	}
+	for i := range ws {
+		w := &ws[i]
+		w.Kind, w.Class, w.Region, w.Image = protocol.KindVM, "gpu-1", "us", fmt.Sprint("image-", i)
+		w.State, w.Machine, w.Driver, w.Devices = store.StateProvisioning, fmt.Sprint("m-", i%7), "vz", []string{fmt.Sprint("apple-gpu:", i)}
+		w.Attempt, w.ModeGeneration, w.Reason, w.Restarts = int64(i+1), int64(1000+i), fmt.Sprint("reason ", i), i%4
+		w.Since, w.Progress = at.Add(time.Duration(i)*time.Minute), at.Add(time.Duration(i)*time.Hour)
+		w.Spec = protocol.WorkloadSpec{Command: []string{"serve", fmt.Sprint(i)}, Env: map[string]string{"N": fmt.Sprint(i)}}
+	}
+	twice := ws[41]
+	twice.Reason = "written first"
+	update(t, s, func(tx store.Tx) error { return tx.PutWorkloads(append([]store.Workload{twice}, ws...)) })
+	view(t, s, func(tx store.Tx) error {
+		for _, w := range ws {
+			got, err := tx.Workload(w.ID)
+			if err != nil || !reflect.DeepEqual(got, w) {
+				t.Errorf("PutWorkloads: %s got %+v, %v; want %+v", w.ID, got, err, w)
+			}
+		}
+		return nil
+	})
+	missing := ws[3]
+	missing.ID, missing.Reason = "w-none", "never written"
+	changed := ws[2]
+	changed.Reason = "rolled back"
+	err := s.Update(context.Background(), func(tx store.Tx) error { return tx.PutWorkloads([]store.Workload{changed, missing}) })
+	if !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "w-none") {
+		t.Errorf("PutWorkloads naming a missing workload: got %v, want ErrNotFound naming w-none", err)
+	}
+	view(t, s, func(tx store.Tx) error {
+		if got, err := tx.Workload(changed.ID); err != nil || got.Reason != ws[2].Reason {
+			t.Errorf("a failed PutWorkloads wrote %s: got reason %q, %v; want %q", changed.ID, got.Reason, err, ws[2].Reason)
+		}
+		return nil
+	})
 }
