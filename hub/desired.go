@@ -53,18 +53,27 @@ func (h *Hub) computeDesired(tx store.Tx, id string, generation int64) (*protoco
 	if err != nil {
 		return nil, err
 	}
-	classes, err := classMap(tx)
-	if err != nil {
-		return nil, err
-	}
+	classes := map[string]store.Class{}
 	for _, w := range ws {
 		mode, listed := modeOf(w)
 		if !listed {
 			continue
 		}
 		// A class's size is read at each generation: editing a class
-		// reaches placed workloads at their machine's next change.
-		c := classes[w.Class]
+		// reaches placed workloads at their machine's next change. Only
+		// the classes listed are read: a burst wakes every machine, and
+		// each answer read every class (issue 13).
+		c, ok := classes[w.Class]
+		if !ok {
+			var err error
+			switch c, err = tx.Class(w.Class); {
+			case errors.Is(err, store.ErrNotFound):
+				c = store.Class{} // gone since: no size to give
+			case err != nil:
+				return nil, err
+			}
+			classes[w.Class] = c
+		}
 		spec, mode := h.openSpec(w, mode)
 		resp.Workloads = append(resp.Workloads, protocol.DesiredWorkload{
 			ID: w.ID, Attempt: w.Attempt, Mode: mode, Kind: w.Kind, Driver: w.Driver,
