@@ -68,12 +68,13 @@ func (c *Controller) observeMachines(ctx context.Context, ids []string) error {
 		if err := c.fence(tx); err != nil {
 			return err
 		}
+		wb := newWriteBehind(tx)
 		for _, id := range ids {
-			if err := c.observeMachine(tx, id, &wakes, &freed, &heard); err != nil {
+			if err := c.observeMachine(wb, id, &wakes, &freed, &heard); err != nil {
 				return err
 			}
 		}
-		return nil
+		return wb.flush()
 	})
 	if err != nil {
 		return err
