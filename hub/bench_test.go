@@ -121,3 +121,18 @@ func BenchmarkSyncReportParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkDesiredComputed measures a woken machine's desired state read
+// from the store, its cache cleared each time, with one workload listed:
+// what each machine of a burst costs the hub after its wake.
+func BenchmarkDesiredComputed(b *testing.B) {
+	h, _ := benchHub(b, 1)
+	ctx := context.Background()
+	for b.Loop() {
+		h.desired.Clear()
+		d, err := h.Desired(ctx, "m-1")
+		if err != nil || len(d.Workloads) != 1 {
+			b.Fatalf("desired state of %d workloads, %v; want 1", len(d.Workloads), err)
+		}
+	}
+}
