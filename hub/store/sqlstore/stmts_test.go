@@ -146,24 +146,7 @@ func TestTimelineWritesKeepFewStatements(t *testing.T) {
 func TestQueriesByStateAndWorkloadUseAnIndex(t *testing.T) {
 	s := openSQLite(t)
 	ctx := context.Background()
-	plan := func(query string, args ...any) string {
-		t.Helper()
-		rows, err := s.reader.QueryContext(ctx, "EXPLAIN QUERY PLAN "+query, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var steps []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			steps = append(steps, detail)
-		}
-		return strings.Join(steps, "; ")
-	}
+	plan := func(query string, args ...any) string { t.Helper(); return queryPlan(t, s, query, args...) }
 	waiting := []store.State{store.StatePending, store.StateQueued}
 	for _, f := range []store.WorkloadFilter{
 		{States: waiting},
@@ -182,5 +165,46 @@ func TestQueriesByStateAndWorkloadUseAnIndex(t *testing.T) {
 	}
 	if got := plan(deleteStatusesOf, "w-1"); !strings.Contains(got, "USING INDEX statuses_workload (workload=?)") {
 		t.Errorf("deleting a workload's statuses: plan %q, want a search of statuses_workload", got)
+	}
+}
+
+// queryPlan is SQLite's plan for query, its steps joined by "; ".
+func queryPlan(t *testing.T, s *Store, query string, args ...any) string {
+	t.Helper()
+	rows, err := s.reader.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var steps []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		steps = append(steps, detail)
+	}
+	return strings.Join(steps, "; ")
+}
+
+// The writes of many rows find each row by its key, not by a scan of
+// the table: a burst writes thousands of them into a table of as many.
+func TestWritesOfManyRowsFindTheirRowsByKey(t *testing.T) {
+	s := openSQLite(t)
+	for _, c := range []struct {
+		name, query, want string
+		args              int
+	}{
+		{"PutWorkloads", putWorkloadsQueries[rowsPerStatement], "SEARCH workloads USING COVERING INDEX sqlite_autoindex_workloads_1 (id=?)", len(workloadTypes)},
+		{"BumpMachines", bumpMachinesQueries[rowsPerStatement], "SEARCH machines USING INDEX sqlite_autoindex_machines_1 (id=?)", 2},
+	} {
+		args := make([]any, c.args*rowsPerStatement)
+		for i := range args {
+			args[i] = "x"
+		}
+		if got := queryPlan(t, s, c.query, args...); !strings.Contains(got, c.want) {
+			t.Errorf("%s: plan %q, want %q", c.name, got, c.want)
+		}
 	}
 }
