@@ -15,7 +15,7 @@ import (
 func TestObservationWritesItsMovesTogether(t *testing.T) {
 	h := newTestHub(t)
 	ws := reportedFleet(t, h, 5)
-	counted := &placementWritesStore{Store: h.st, calls: map[string]int{}}
+	counted := &callCountingStore{Store: h.st, calls: map[string]int{}}
 	h.ctl.store = counted
 	if err := h.ctl.observe(context.Background()); err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ func TestWriteBehindReadsWhatItHolds(t *testing.T) {
 	}
 	err := h.st.Update(context.Background(), func(tx store.Tx) error {
 		calls := map[string]int{}
-		wb := newWriteBehind(placementWritesTx{tx, calls})
+		wb := newWriteBehind(callCountingTx{tx, calls})
 		on := func(machine string) ([]store.Workload, error) {
 			return wb.Workloads(store.WorkloadFilter{Machine: machine})
 		}
