@@ -23,8 +23,9 @@ type writeBehind struct {
 	// heldOn counts the held records by the machine each puts its
 	// workload on.
 	heldOn map[string]int
-	// read are the machines whose workloads were read since the last
-	// flush: a record held may be one read there.
+	// read are the machines of the workloads read since the last flush:
+	// a record held may be one read there, and the store lists it there
+	// until it is written.
 	read map[string]bool
 }
 
@@ -56,17 +57,22 @@ func (t *writeBehind) Workloads(f store.WorkloadFilter) ([]store.Workload, error
 			return nil, err
 		}
 	}
-	if f.Machine != "" {
-		t.read[f.Machine] = true
+	ws, err := t.Tx.Workloads(f)
+	for _, w := range ws {
+		t.read[w.Machine] = true
 	}
-	return t.Tx.Workloads(f)
+	return ws, err
 }
 
 func (t *writeBehind) Workload(id string) (store.Workload, error) {
 	if err := t.flush(); err != nil {
 		return store.Workload{}, err
 	}
-	return t.Tx.Workload(id)
+	w, err := t.Tx.Workload(id)
+	if err == nil {
+		t.read[w.Machine] = true
+	}
+	return w, err
 }
 
 func (t *writeBehind) DeleteWorkload(id string) error {

@@ -29,9 +29,9 @@ func TestObservationWritesItsMovesTogether(t *testing.T) {
 }
 
 // A write held back is read back wherever it could be read: by its ID,
-// among every workload, on the machine it was read on (and left) or is
-// put on; and
-// a workload held, then deleted, is gone. A read of another machine's
+// among every workload, on the machine it was put on, and not on the
+// machine it left, however it was read there (by machine or by ID). A
+// workload held, then deleted, is gone. A read of another machine's
 // workloads writes nothing.
 func TestWriteBehindReadsWhatItHolds(t *testing.T) {
 	h := newTestHub(t)
@@ -40,7 +40,7 @@ func TestWriteBehindReadsWhatItHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ws []store.Workload
-	for i := range 4 {
+	for i := range 5 {
 		h.machine(fmt.Sprint("m-", i))
 		w, err := h.CreateWorkload(context.Background(), WorkloadSpec{Tenant: "local", Name: fmt.Sprint("web-", i), Kind: protocol.KindContainer, Class: "cpu-8", Region: "local", Image: "sim:"})
 		if err != nil {
@@ -90,6 +90,17 @@ func TestWriteBehindReadsWhatItHolds(t *testing.T) {
 		wb.PutWorkload(w0)
 		if got := find(w0.ID)(on(was)); got != "(not listed)" {
 			t.Errorf("read again on the machine it left: listed with reason %q, want not listed", got)
+		}
+		// Read by its ID, held off its machine, then read there.
+		w4, err := wb.Workload(ws[4].ID)
+		if err != nil {
+			return err
+		}
+		left := w4.Machine
+		w4.Machine, w4.Reason = "", "read by ID, held off its machine"
+		wb.PutWorkload(w4)
+		if got := find(w4.ID)(on(left)); got != "(not listed)" {
+			t.Errorf("read by ID, then on the machine it left: listed with reason %q, want not listed", got)
 		}
 		// Held, moved to a machine not yet read.
 		w1 := h.workload(ws[1].ID)

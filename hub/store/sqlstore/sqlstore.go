@@ -558,7 +558,7 @@ func (t *tx) BumpMachines(bumps []store.Bump) ([]store.Machine, error) {
 			m, err := scanMachine(rows)
 			if err != nil {
 				rows.Close()
-				return nil, err
+				return nil, fmt.Errorf("bump the generations of %d machines: %w", n, err)
 			}
 			out = append(out, m)
 		}
