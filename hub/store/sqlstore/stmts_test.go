@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/bits"
 	"path/filepath"
@@ -205,6 +206,89 @@ func TestWritesOfManyRowsFindTheirRowsByKey(t *testing.T) {
 		}
 		if got := queryPlan(t, s, c.query, args...); !strings.Contains(got, c.want) {
 			t.Errorf("%s: plan %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// A batch runs the same few statements hundreds of times: each kept
+// statement is bound to the transaction once (sql.Tx.StmtContext
+// allocates a statement the transaction keeps to its end), and each read
+// through the bound one still reads its own row.
+func TestTransactionBindsEachStatementOnce(t *testing.T) {
+	s := openSQLite(t)
+	ctx := context.Background()
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	const n = 50
+	if err := s.Update(ctx, func(tx store.Tx) error {
+		for i := range n {
+			if err := tx.PutMachine(store.Machine{ID: fmt.Sprint("m-", i), Name: fmt.Sprint("box-", i), Owner: "acme", Region: "eu", Registered: at}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Twice: the first transaction notes the statement, which is
+	// prepared before the next.
+	for range 2 {
+		if err := s.View(ctx, func(stx store.Tx) error {
+			for i := range n {
+				m, err := stx.Machine(fmt.Sprint("m-", i))
+				if err != nil {
+					return err
+				}
+				if want := fmt.Sprint("box-", i); m.Name != want {
+					return fmt.Errorf("read %s, want %s", m.Name, want)
+				}
+			}
+			if bound := len(stx.(*tx).bound); bound > 1 {
+				return fmt.Errorf("%d reads of one statement bound it %d times", n, bound)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// SQLite's statements run under a context without an end: the driver
+// watched each one's context with a goroutine of its own. The
+// transaction's context still ends it: the next statement, a write or a
+// read of rows or of one row, fails with the context's error, and nothing
+// of the transaction is written.
+func TestStatementsRunOutAndTheTransactionStillEnds(t *testing.T) {
+	s := openSQLite(t)
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	next := map[string]func(store.Tx) error{
+		"write": func(tx store.Tx) error {
+			return tx.PutMachine(store.Machine{ID: "m-2", Name: "box", Owner: "acme", Region: "eu", Registered: at})
+		},
+		"rows":    func(tx store.Tx) error { _, err := tx.Machines(); return err },
+		"one row": func(tx store.Tx) error { _, err := tx.Machine("m-1"); return err },
+	}
+	for name, statement := range next {
+		ctx, cancel := context.WithCancel(context.Background())
+		var err error
+		s.Update(ctx, func(stx store.Tx) error {
+			if done := stx.(*tx).stmtCtx.Done(); done != nil {
+				t.Error("a SQLite statement runs under a context that can end")
+			}
+			if err := stx.PutMachine(store.Machine{ID: "m-1", Name: "box", Owner: "acme", Region: "eu", Registered: at}); err != nil {
+				return err
+			}
+			cancel()
+			err = statement(stx)
+			return err
+		})
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("a %s after the context ended: %v, want %v", name, err, context.Canceled)
+		}
+		if err := s.View(context.Background(), func(tx store.Tx) error {
+			_, err := tx.Machine("m-1")
+			return err
+		}); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("the machine of a transaction whose context ended: %v, want %v", err, store.ErrNotFound)
 		}
 	}
 }
