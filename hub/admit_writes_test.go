@@ -10,7 +10,8 @@ import (
 )
 
 // callCountingStore counts, by method, the writes of workloads and of
-// machines' generations and the reads of classes made through it.
+// machines' generations and the reads of classes and of workloads made
+// through it.
 type callCountingStore struct {
 	store.Store
 	calls map[string]int
@@ -115,4 +116,9 @@ func TestAdmitBatchWritesItsPlacementsTogether(t *testing.T) {
 			t.Errorf("%s's desired state at generation %d, want %d", id, resp.Generation, gen)
 		}
 	}
+}
+
+func (t callCountingTx) Workloads(f store.WorkloadFilter) ([]store.Workload, error) {
+	t.calls["Workloads"]++
+	return t.Tx.Workloads(f)
 }

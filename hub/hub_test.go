@@ -547,7 +547,7 @@ func TestDesiredReadsTheClassesItLists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{"Class cpu-1": 1, "Class cpu-2": 1}
+	want := map[string]int{"Class cpu-1": 1, "Class cpu-2": 1, "Workloads": 1}
 	if fmt.Sprint(counted.calls) != fmt.Sprint(want) {
 		t.Errorf("a desired state of classes cpu-1 and cpu-2 read %v, want %v", counted.calls, want)
 	}

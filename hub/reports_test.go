@@ -226,3 +226,47 @@ func TestReportBatchesKeepToTheirLimit(t *testing.T) {
 		t.Errorf("machines per write transaction %v, want %v", counted.read, want)
 	}
 }
+
+// Issue 13: every sync records its report, quiet ones too, and a report
+// read the record of each workload on its machine to know which it holds.
+// It reads their IDs, and the records only when the machine returns (a
+// reboot, a restarted agent, a cut), to tell each on its timeline.
+func TestReportReadsWorkloadRecordsOnlyOnItsMachinesReturn(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	h.sync("m-1", &protocol.SyncRequest{BootID: "boot-1", AgentStarted: epoch})
+	w := h.running("web")
+	gen := h.desired("m-1").Generation
+	counted := &callCountingStore{Store: h.st, calls: map[string]int{}}
+	h.store = counted
+	report := func(boot string, detail string) {
+		t.Helper()
+		st := status(w, protocol.ModeRun, protocol.CodeRunning)
+		st.Generation, st.Detail = gen, detail
+		stranger := st
+		stranger.Workload = "w-not-here"
+		req := &protocol.SyncRequest{ProtocolVersion: protocol.Version, BootID: boot, AgentStarted: epoch, Generation: gen, AppliedGeneration: gen,
+			Statuses: []protocol.Status{st, stranger}}
+		if _, _, _, err := h.record("m-1", req); err != nil {
+			t.Fatal(err)
+		}
+		var got []store.StatusRecord
+		h.st.View(context.Background(), func(tx store.Tx) (err error) { got, err = tx.Statuses("m-1"); return err })
+		if len(got) != 1 || got[0].Workload != w.ID || got[0].Detail != detail {
+			t.Errorf("statuses of m-1 after a report of %s (%q) and of a workload not on it: %+v", w.ID, detail, got)
+		}
+	}
+	report("boot-1", "serving")
+	if n := counted.calls["Workloads"]; n != 0 {
+		t.Errorf("a report read its machine's workload records %d times, want none", n)
+	}
+	h.clk.Advance(5 * time.Minute)
+	report("boot-2", "serving again")
+	if n := counted.calls["Workloads"]; n != 1 {
+		t.Errorf("a rebooted machine's report read its workload records %d times, want once", n)
+	}
+	es, _ := h.Timeline(context.Background(), w.ID)
+	if last := es[len(es)-1].Text; !strings.Contains(last, "rebooted") {
+		t.Errorf("timeline ends %q, want the reboot told", last)
+	}
+}

@@ -20,7 +20,8 @@ func TestObservationWritesItsMovesTogether(t *testing.T) {
 	if err := h.ctl.observe(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]int{"PutWorkloads": 1}; fmt.Sprint(counted.calls) != fmt.Sprint(want) {
+	// Each of the 5 machines' workloads read once, and written together.
+	if want := map[string]int{"PutWorkloads": 1, "Workloads": 5}; fmt.Sprint(counted.calls) != fmt.Sprint(want) {
 		t.Errorf("10 workloads moved to running with %v, want %v", counted.calls, want)
 	}
 	for _, w := range ws {

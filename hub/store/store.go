@@ -99,6 +99,10 @@ type Tx interface {
 	Workload(id string) (Workload, error)
 	// Workloads returns the workloads matching f, oldest first.
 	Workloads(f WorkloadFilter) ([]Workload, error)
+	// WorkloadIDs returns the IDs of the workloads on machineID, in ID
+	// order: what recording each report of the machine needs of them,
+	// without decoding every record.
+	WorkloadIDs(machineID string) ([]string, error)
 	DeleteWorkload(id string) error
 
 	// PutStatus records the latest status a machine reported for a

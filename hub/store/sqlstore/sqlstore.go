@@ -765,6 +765,23 @@ func (t *tx) Workloads(f store.WorkloadFilter) ([]store.Workload, error) {
 	return out, t.seen(rows.Err())
 }
 
+func (t *tx) WorkloadIDs(machineID string) ([]string, error) {
+	rows, err := t.query(`SELECT id FROM workloads WHERE machine = ? ORDER BY id`+t.s.d.Collate, machineID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, t.seen(rows.Err())
+}
+
 // workloadsQuery is the query Workloads runs for f, and its arguments.
 func workloadsQuery(f store.WorkloadFilter, collate string) (string, []any) {
 	query := `SELECT ` + workloadCols + ` FROM workloads WHERE 1 = 1`

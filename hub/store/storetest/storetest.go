@@ -281,6 +281,12 @@ func testWorkloads(t *testing.T, s store.Store) {
 		if len(on) != 2 || on[0].ID != "w-1" {
 			t.Errorf("on m-1: got %d, want w-1 then w-2", len(on))
 		}
+		if ids, err := tx.WorkloadIDs("m-1"); err != nil || !slices.Equal(ids, []string{"w-1", "w-2"}) {
+			t.Errorf("IDs on m-1: got %q, %v; want w-1 and w-2", ids, err)
+		}
+		if ids, err := tx.WorkloadIDs("m-2"); err != nil || len(ids) != 0 {
+			t.Errorf("IDs on m-2, which holds none: got %q, %v", ids, err)
+		}
 		running, _ := tx.Workloads(store.WorkloadFilter{States: []store.State{store.StateRunning}})
 		if len(running) != 1 || running[0].ID != "w-2" {
 			t.Errorf("running: got %+v", running)
