@@ -766,20 +766,25 @@ func (t *tx) Workloads(f store.WorkloadFilter) ([]store.Workload, error) {
 }
 
 func (t *tx) WorkloadIDs(machineID string) ([]string, error) {
-	rows, err := t.query(`SELECT id FROM workloads WHERE machine = ? ORDER BY id`+t.s.d.Collate, machineID)
+	return t.texts(`SELECT id FROM workloads WHERE machine = ? ORDER BY id`+t.s.d.Collate, machineID)
+}
+
+// texts runs a query of one text column and returns its rows' values.
+func (t *tx) texts(query string, args ...any) ([]string, error) {
+	rows, err := t.query(query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var ids []string
+	var out []string
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var v string
+		if err := rows.Scan(&v); err != nil {
 			return nil, err
 		}
-		ids = append(ids, id)
+		out = append(out, v)
 	}
-	return ids, t.seen(rows.Err())
+	return out, t.seen(rows.Err())
 }
 
 // workloadsQuery is the query Workloads runs for f, and its arguments.
@@ -998,21 +1003,8 @@ func (t *tx) LongTimelines(keep, limit int) ([]string, error) {
 	if err := t.writeLines(); err != nil {
 		return nil, err
 	}
-	rows, err := t.query(`SELECT workload FROM timeline GROUP BY workload HAVING COUNT(*) > ?
+	return t.texts(`SELECT workload FROM timeline GROUP BY workload HAVING COUNT(*) > ?
 		ORDER BY workload`+t.s.d.Collate+` LIMIT ?`, keep, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var w string
-		if err := rows.Scan(&w); err != nil {
-			return nil, err
-		}
-		out = append(out, w)
-	}
-	return out, t.seen(rows.Err())
 }
 
 func (t *tx) DeleteRemovedTimelines(before time.Time) (int, error) {
