@@ -43,9 +43,9 @@ type Dialect struct {
 	// StatementsRunOut: a statement, once begun, runs to its end, and
 	// the transaction's context is checked before each statement
 	// instead. modernc.org/sqlite watched each statement's context with
-	// a goroutine of its own, a tenth of a report's allocations, to
-	// interrupt statements that on a local file end in microseconds.
-	// PostgreSQL's statements wait on a network, so it leaves it off.
+	// a goroutine, a channel and a lock of its own, to interrupt
+	// statements that on a local file end in microseconds. PostgreSQL's
+	// statements wait on a network, so it leaves it off.
 	StatementsRunOut bool
 }
 
