@@ -75,6 +75,15 @@ func (t *writeBehind) Workload(id string) (store.Workload, error) {
 	return w, err
 }
 
+// WorkloadIDs writes what is held first: a held record may put a
+// workload on machineID or take it off.
+func (t *writeBehind) WorkloadIDs(machineID string) ([]string, error) {
+	if err := t.flush(); err != nil {
+		return nil, err
+	}
+	return t.Tx.WorkloadIDs(machineID)
+}
+
 func (t *writeBehind) DeleteWorkload(id string) error {
 	if err := t.flush(); err != nil {
 		return err

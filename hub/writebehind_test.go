@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"einsora.dev/edge/hub/store"
@@ -121,6 +122,12 @@ func TestWriteBehindReadsWhatItHolds(t *testing.T) {
 		wb.PutWorkload(w2)
 		if got := find(w2.ID)(wb.Workloads(store.WorkloadFilter{})); got != w2.Reason {
 			t.Errorf("read among every workload: reason %q, want %q", got, w2.Reason)
+		}
+		// Held, moved to another machine, then its IDs read.
+		w2.Machine, w2.Reason = "m-ids", "held, its machine's IDs read"
+		wb.PutWorkload(w2)
+		if ids, err := wb.WorkloadIDs("m-ids"); err != nil || !slices.Equal(ids, []string{w2.ID}) {
+			t.Errorf("the IDs on the machine it is put on: %q, %v; want %s", ids, err, w2.ID)
 		}
 		// Held, then deleted.
 		w3 := h.workload(ws[3].ID)
