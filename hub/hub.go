@@ -217,7 +217,7 @@ func New(ctx context.Context, cfg Config) (*Hub, error) {
 		cfg:     cfg,
 		drivers: placement.DriverTable(cfg.Drivers),
 		polls:   polls{waiting: make(map[string]*poll)},
-		reports: reports{limit: cfg.WriteBatch},
+		reports: reports{Limit: cfg.WriteBatch},
 		started: cfg.Clock.Now(),
 	}
 	h.feed = newPresenceFeed(PresenceEvery(cfg.OfflineAfter))

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/hub/trust"
+	"einsora.dev/edge/internal/groupcommit"
 	"einsora.dev/edge/protocol"
 )
 
@@ -21,31 +21,23 @@ import (
 // capacity is set when the report changed what the machine offers (a new
 // inventory accepted).
 func (h *Hub) record(machineID string, req *protocol.SyncRequest) (gen int64, news, capacity bool, err error) {
-	p := &report{machineID: machineID, req: req, done: make(chan struct{}), lead: make(chan struct{})}
-	h.reports.submit(p, h.commitReports)
+	p := &report{machineID: machineID, req: req}
+	h.reports.Do(p, h.commitReports)
 	return p.gen, p.news, p.capacity, p.err
 }
 
-// reports batches the sync path's writes: the reports that arrive while one
-// batch commits make up the next, so a thousand agents reporting at once
-// (after a hub restart, say) cost a handful of transactions, not a thousand.
-// A store whose transactions conflict the more rows they read (PostgreSQL,
-// postgres.WriteBatch) is given batches of at most limit.
-// There is no goroutine of its own: the first caller of a batch commits it,
-// then hands the lead to the first caller waiting.
-type reports struct {
-	// limit is the most reports a batch takes; 0 is all that wait.
-	limit int
-	// mu guards the following fields.
-	mu      sync.Mutex
-	queue   []*report
-	leading bool
-}
+// reports batches the sync path's writes (groupcommit): the reports that
+// arrive while one batch commits make up the next, so a thousand agents
+// reporting at once (after a hub restart, say) cost a handful of
+// transactions, not a thousand. A store whose transactions conflict the
+// more rows they read (PostgreSQL, postgres.WriteBatch) is given batches of
+// at most its Limit. A queued report is written even if its caller left.
+type reports = groupcommit.Queue[*report]
 
 type report struct {
 	machineID string
 	req       *protocol.SyncRequest
-	// Set by the commit, before done is closed.
+	// Set by the commit, before its caller returns.
 	gen      int64
 	news     bool
 	capacity bool
@@ -53,46 +45,6 @@ type report struct {
 	// What the report was refused or cost: statuses dropped, stale
 	// statuses deleted, timeline lines trimmed. Counted once committed.
 	dropped, stale, trimmed int
-	done                    chan struct{}
-	// lead is closed to hand this caller the next batch.
-	lead chan struct{}
-}
-
-// submit queues p and returns once it is committed. It does not give up
-// on a cancelled caller: a queued report is written anyway, and a caller
-// that left could not take the lead it may be handed.
-func (r *reports) submit(p *report, commit func([]*report)) {
-	r.mu.Lock()
-	r.queue = append(r.queue, p)
-	first := !r.leading
-	r.leading = true
-	r.mu.Unlock()
-	if !first {
-		select {
-		case <-p.done:
-			return
-		case <-p.lead:
-		}
-	}
-	r.mu.Lock()
-	n := len(r.queue)
-	if r.limit > 0 {
-		n = min(n, r.limit)
-	}
-	// Capped, so that reports queued meanwhile never write into it.
-	batch := r.queue[:n:n]
-	if r.queue = r.queue[n:]; len(r.queue) == 0 {
-		r.queue = nil
-	}
-	r.mu.Unlock()
-	commit(batch)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.queue) == 0 {
-		r.leading = false
-		return
-	}
-	close(r.queue[0].lead)
 }
 
 // commitReports writes a batch in one transaction. A report refused on its
@@ -107,10 +59,6 @@ func (h *Hub) commitReports(batch []*report) {
 		h.log.Warn("reports conflicted with other transactions past the store's retries; committing them in halves", "reports", len(batch), "err", err)
 		h.commitReports(batch[:len(batch)/2])
 		h.commitReports(batch[len(batch)/2:])
-		return
-	}
-	for _, p := range batch {
-		close(p.done)
 	}
 }
 

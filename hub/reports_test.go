@@ -35,9 +35,7 @@ func waitQueued(t *testing.T, h *Hub, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		h.reports.mu.Lock()
-		queued := len(h.reports.queue)
-		h.reports.mu.Unlock()
+		queued := h.reports.Waiting()
 		if queued == n {
 			return
 		}
