@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"einsora.dev/edge/hub/store"
+	"einsora.dev/edge/internal/groupcommit"
 	"einsora.dev/edge/protocol"
 )
 
@@ -47,6 +48,12 @@ type Dialect struct {
 	// statements that on a local file end in microseconds. PostgreSQL's
 	// statements wait on a network, so it leaves it off.
 	StatementsRunOut bool
+	// GroupCommit: the Updates that arrive while one commits share the
+	// next transaction, each in a savepoint of its own (grouped). For a
+	// database with one writer; one whose transactions are retried
+	// (IsRetryable) must leave it off, since a retry would run the
+	// others' functions again.
+	GroupCommit bool
 }
 
 // SQLite is the dialect of modernc.org/sqlite.
@@ -54,6 +61,7 @@ var SQLite = Dialect{
 	Name:             "sqlite",
 	PrepareOnce:      true,
 	StatementsRunOut: true,
+	GroupCommit:      true,
 	IsConflict: func(err error) bool {
 		return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
 	},
@@ -68,11 +76,20 @@ type Store struct {
 	stmts map[*sql.DB]*stmtCache
 	// committed, when set, is called after each commit of an Update.
 	committed func()
+	// group gathers Updates into shared transactions; nil unless the
+	// dialect's GroupCommit.
+	group *groupcommit.Queue[*update]
 }
 
 // New brings the schema up to date and loads (or makes) the store ID.
 func New(ctx context.Context, writer, reader *sql.DB, d Dialect, newID func() string) (*Store, error) {
+	if d.GroupCommit && d.IsRetryable != nil {
+		return nil, fmt.Errorf("sqlstore: dialect %s both groups commits and retries them: a retry would run the group's other functions again", d.Name)
+	}
 	s := &Store{writer: writer, reader: reader, d: d, stmts: map[*sql.DB]*stmtCache{}}
+	if d.GroupCommit {
+		s.group = &groupcommit.Queue[*update]{Limit: maxGroup}
+	}
 	if d.PrepareOnce {
 		s.stmts[writer] = newStmtCache()
 		s.stmts[reader] = newStmtCache()
@@ -128,8 +145,14 @@ const (
 // Update runs fn in a read-write transaction at the dialect's
 // UpdateIsolation. When the database rolls it back for a serialisation
 // failure or a deadlock (Dialect.IsRetryable), fn runs again in a new
-// transaction, up to MaxAttempts times.
+// transaction, up to MaxAttempts times. Where the dialect groups commits,
+// fn may share its transaction with other Updates: its writes are undone
+// alone when it fails, but a failed commit fails them all, and once fn's
+// last statement has run its context's end no longer undoes it.
 func (s *Store) Update(ctx context.Context, fn func(store.Tx) error) error {
+	if s.group != nil {
+		return s.grouped(ctx, fn)
+	}
 	opts := &sql.TxOptions{Isolation: s.d.UpdateIsolation}
 	for attempt := 1; ; attempt++ {
 		retry, err := s.run(ctx, s.writer, opts, false, fn)
