@@ -56,8 +56,9 @@ func (s *Store) commitGroup(group []*update) {
 	}
 	stmts := s.stmts[s.writer]
 	// The transaction is everyone's: no one caller's context may end it.
-	// Each Update's statements still check its own (tx.ended).
-	ctx := context.WithoutCancel(live[0].ctx)
+	// Each Update's statements run under its own without its end, and
+	// check it before each (tx.ended).
+	ctx := context.Background()
 	stmts.preparePending(ctx, s.writer)
 	sqlTx, err := s.writer.BeginTx(ctx, &sql.TxOptions{Isolation: s.d.UpdateIsolation})
 	if err != nil {
@@ -70,7 +71,7 @@ func (s *Store) commitGroup(group []*update) {
 	var bound []boundStmt
 	var ran []*update
 	for _, u := range live {
-		t := &tx{s: s, tx: sqlTx, ctx: u.ctx, stmtCtx: ctx, stmts: stmts, bound: bound}
+		t := &tx{s: s, tx: sqlTx, ctx: u.ctx, stmtCtx: context.WithoutCancel(u.ctx), stmts: stmts, bound: bound}
 		err := s.runOne(t, u, savepoints)
 		bound = t.bound
 		if err != nil {
