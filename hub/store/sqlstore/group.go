@@ -129,7 +129,9 @@ func (s *Store) runOne(t *tx, u *update, savepoint bool) error {
 	}
 	for _, q := range []string{`ROLLBACK TO grouped`, `RELEASE grouped`} {
 		if _, err := t.tx.ExecContext(t.stmtCtx, q); err != nil {
-			return fmt.Errorf("store: after %w: %s: %w", u.err, q, err)
+			// The others are told of the transaction's failure, not of
+			// u's error, which is its caller's alone.
+			return fmt.Errorf("store: a grouped transaction could not undo one of its updates (%s): %w", q, err)
 		}
 	}
 	return nil

@@ -284,11 +284,16 @@ func TestStatementsRunOutAndTheTransactionStillEnds(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("a %s after the context ended: %v, want %v", name, err, context.Canceled)
 		}
-		if err := s.View(context.Background(), func(tx store.Tx) error {
-			_, err := tx.Machine("m-1")
+		viewCtx, cancelView := context.WithCancel(context.Background())
+		if err := s.View(viewCtx, func(stx store.Tx) error {
+			if done := stx.(*tx).stmtCtx.Done(); done != nil {
+				t.Error("a SQLite read runs under a context that can end")
+			}
+			_, err := stx.Machine("m-1")
 			return err
 		}); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("the machine of a transaction whose context ended: %v, want %v", err, store.ErrNotFound)
 		}
+		cancelView()
 	}
 }
