@@ -69,7 +69,7 @@ func (s *Store) commitGroup(group []*update) {
 	}
 	savepoints := len(live) > 1
 	var bound []boundStmt
-	var ran []*update
+	written := 0
 	for _, u := range live {
 		t := &tx{s: s, tx: sqlTx, ctx: u.ctx, stmtCtx: context.WithoutCancel(u.ctx), stmts: stmts, bound: bound}
 		err := s.runOne(t, u, savepoints)
@@ -85,16 +85,18 @@ func (s *Store) commitGroup(group []*update) {
 			return
 		}
 		if u.err == nil {
-			ran = append(ran, u)
+			written++
 		}
 	}
-	if len(ran) == 0 {
+	if written == 0 {
 		sqlTx.Rollback()
 		return
 	}
 	if err := sqlTx.Commit(); err != nil {
-		for _, u := range ran {
-			u.err = fmt.Errorf("store: commit: %w", err)
+		for _, u := range live {
+			if u.err == nil {
+				u.err = fmt.Errorf("store: commit: %w", err)
+			}
 		}
 		return
 	}
