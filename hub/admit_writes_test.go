@@ -118,6 +118,11 @@ func TestAdmitBatchWritesItsPlacementsTogether(t *testing.T) {
 	}
 }
 
+func (t callCountingTx) Listed(machineID string) ([]store.Listed, error) {
+	t.calls["Listed"]++
+	return t.Tx.Listed(machineID)
+}
+
 func (t callCountingTx) Workloads(f store.WorkloadFilter) ([]store.Workload, error) {
 	t.calls["Workloads"]++
 	return t.Tx.Workloads(f)

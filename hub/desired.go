@@ -46,39 +46,25 @@ func (h *Hub) Desired(ctx context.Context, machineID string) (*protocol.SyncResp
 }
 
 // computeDesired builds machine id's desired state at generation from the
-// store and caches it under that generation.
+// store and caches it under that generation. A class's size is read at
+// each generation: editing a class reaches placed workloads at their
+// machine's next change.
 func (h *Hub) computeDesired(tx store.Tx, id string, generation int64) (*protocol.SyncResponse, error) {
 	resp := &protocol.SyncResponse{StoreID: h.store.ID(), Generation: generation, Workloads: []protocol.DesiredWorkload{}}
-	ws, err := tx.Workloads(store.WorkloadFilter{Machine: id})
+	ls, err := tx.Listed(id)
 	if err != nil {
 		return nil, err
 	}
-	classes := map[string]store.Class{}
-	for _, w := range ws {
-		mode, listed := modeOf(w)
+	for _, l := range ls {
+		mode, listed := modeOf(store.Workload{Machine: id, State: l.State, Kind: l.Kind})
 		if !listed {
 			continue
 		}
-		// A class's size is read at each generation: editing a class
-		// reaches placed workloads at their machine's next change. Only
-		// the classes listed are read: a burst wakes every machine, and
-		// each answer read every class (issue 13).
-		c, ok := classes[w.Class]
-		if !ok {
-			var err error
-			switch c, err = tx.Class(w.Class); {
-			case errors.Is(err, store.ErrNotFound):
-				c = store.Class{} // gone since: no size to give
-			case err != nil:
-				return nil, err
-			}
-			classes[w.Class] = c
-		}
-		spec, mode := h.openSpec(w, mode)
+		spec, mode := h.openSpec(l.ID, l.Spec, mode)
 		resp.Workloads = append(resp.Workloads, protocol.DesiredWorkload{
-			ID: w.ID, Attempt: w.Attempt, Mode: mode, Kind: w.Kind, Driver: w.Driver,
-			Isolation: h.drivers[w.Driver].Isolation, Image: w.Image,
-			Resources:    protocol.Resources{CPUs: c.CPUs, MemoryMB: c.MemoryMB, Devices: w.Devices},
+			ID: l.ID, Attempt: l.Attempt, Mode: mode, Kind: l.Kind, Driver: l.Driver,
+			Isolation: h.drivers[l.Driver].Isolation, Image: l.Image,
+			Resources:    protocol.Resources{CPUs: l.CPUs, MemoryMB: l.MemoryMB, Devices: l.Devices},
 			WorkloadSpec: spec,
 		})
 	}

@@ -528,10 +528,11 @@ func TestDesiredCachedPerGeneration(t *testing.T) {
 	}
 }
 
-// Issue 13: a machine's desired state reads the classes of the workloads
-// it lists, each once, and not every class: a burst wakes every machine.
-// Each workload is sized by its own class.
-func TestDesiredReadsTheClassesItLists(t *testing.T) {
+// Issue 13: a machine's desired state is one read of its workloads with
+// their classes' sizes (store.Tx.Listed), not of every class, nor a read
+// of each class beside the workloads' records: a burst wakes every
+// machine. Each workload is sized by its own class.
+func TestDesiredStateIsOneRead(t *testing.T) {
 	h := newTestHub(t)
 	h.machine("m-1")
 	for i, class := range []string{"cpu-1", "cpu-2", "cpu-1"} {
@@ -547,7 +548,7 @@ func TestDesiredReadsTheClassesItLists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{"Class cpu-1": 1, "Class cpu-2": 1, "Workloads": 1}
+	want := map[string]int{"Listed": 1}
 	if fmt.Sprint(counted.calls) != fmt.Sprint(want) {
 		t.Errorf("a desired state of classes cpu-1 and cpu-2 read %v, want %v", counted.calls, want)
 	}

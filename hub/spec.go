@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"reflect"
 
-	"einsora.dev/edge/hub/store"
 	"einsora.dev/edge/protocol"
 )
 
@@ -18,15 +17,15 @@ func (h *Hub) sealSpec(id string, spec protocol.WorkloadSpec) (protocol.Workload
 	return h.secrets.seal(id, spec)
 }
 
-// openSpec is w's spec as its machine must see it, secrets opened: only
-// desired state holds it. A secret that does not open (a replica without
+// openSpec is a workload's sealed spec as its machine must see it,
+// secrets opened: only desired state holds it. A secret that does not open (a replica without
 // the shared key) parks the workload rather than run it without its
 // secrets; the error is logged without any value.
-func (h *Hub) openSpec(w store.Workload, mode protocol.Mode) (protocol.WorkloadSpec, protocol.Mode) {
-	spec, err := h.secrets.open(w.ID, w.Spec)
+func (h *Hub) openSpec(workloadID string, sealed protocol.WorkloadSpec, mode protocol.Mode) (protocol.WorkloadSpec, protocol.Mode) {
+	spec, err := h.secrets.open(workloadID, sealed)
 	if err != nil {
-		h.log.Error("workload's secrets do not open; it is parked on its machine", "workload", w.ID, "err", err)
-		spec = w.Spec
+		h.log.Error("workload's secrets do not open; it is parked on its machine", "workload", workloadID, "err", err)
+		spec = sealed
 		spec.SecretEnv = nil
 		if mode == protocol.ModeRun {
 			mode = protocol.ModePark

@@ -84,6 +84,14 @@ func (t *writeBehind) WorkloadIDs(machineID string) ([]string, error) {
 	return t.Tx.WorkloadIDs(machineID)
 }
 
+// Listed writes what is held first, as WorkloadIDs does.
+func (t *writeBehind) Listed(machineID string) ([]store.Listed, error) {
+	if err := t.flush(); err != nil {
+		return nil, err
+	}
+	return t.Tx.Listed(machineID)
+}
+
 func (t *writeBehind) DeleteWorkload(id string) error {
 	if err := t.flush(); err != nil {
 		return err

@@ -162,3 +162,33 @@ func TestWriteBehindReadsWhatItHolds(t *testing.T) {
 		t.Errorf("the workload held then deleted: got %v, want ErrNotFound", err)
 	}
 }
+
+// A write held back is written before a machine's desired state is read
+// through the transaction (Listed): a workload held off its machine is
+// not listed there.
+func TestWriteBehindListsWhatItHolds(t *testing.T) {
+	h := newTestHub(t)
+	h.machine("m-1")
+	w := h.create("web", protocol.KindContainer)
+	h.pass()
+	err := h.st.Update(context.Background(), func(tx store.Tx) error {
+		wb := newWriteBehind(tx)
+		held, err := wb.Workload(w.ID)
+		if err != nil {
+			return err
+		}
+		held.Machine = ""
+		wb.PutWorkload(held)
+		ls, err := wb.Listed("m-1")
+		if err != nil {
+			return err
+		}
+		if len(ls) != 0 {
+			t.Errorf("a workload held off m-1 is listed there: %+v", ls)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -103,6 +103,10 @@ type Tx interface {
 	// order: what recording each report of the machine needs of them,
 	// without decoding every record.
 	WorkloadIDs(machineID string) ([]string, error)
+	// Listed returns the workloads on machineID with their classes'
+	// sizes, oldest first, in one read: what the machine's desired state
+	// lists of them.
+	Listed(machineID string) ([]Listed, error)
 	DeleteWorkload(id string) error
 
 	// PutStatus records the latest status a machine reported for a
@@ -211,6 +215,22 @@ type Lease struct {
 type Tenant struct {
 	Name    string
 	Created time.Time
+}
+
+// Listed is what a machine's desired state reads of a workload on it: a
+// few of its record's fields, and its class's size (zero where the class
+// is gone).
+type Listed struct {
+	ID       string
+	Kind     protocol.Kind
+	State    State
+	Driver   string
+	Image    string
+	Devices  []string
+	Attempt  int64
+	Spec     protocol.WorkloadSpec
+	CPUs     int
+	MemoryMB int
 }
 
 // Class is a size of workload: what it reserves on a machine.

@@ -684,15 +684,24 @@ func scanWorkload(sc interface{ Scan(...any) error }) (store.Workload, error) {
 	}
 	w.Kind, w.State = protocol.Kind(kind), store.State(state)
 	w.Created, w.Since, w.Progress = fromTS(created), fromTS(since), fromTS(progress)
-	if devices != "" && devices != "null" {
-		if err := json.Unmarshal([]byte(devices), &w.Devices); err != nil {
-			return w, fmt.Errorf("workload %q: decode devices: %w", w.ID, err)
-		}
+	if w.Devices, err = readDevicesColumn(devices); err != nil {
+		return w, fmt.Errorf("workload %q: %w", w.ID, err)
 	}
 	if w.Spec, err = readSpecColumn(spec); err != nil {
 		return w, fmt.Errorf("workload %q: %w", w.ID, err)
 	}
 	return w, nil
+}
+
+func readDevicesColumn(col string) ([]string, error) {
+	if col == "" || col == "null" {
+		return nil, nil
+	}
+	var devices []string
+	if err := json.Unmarshal([]byte(col), &devices); err != nil {
+		return nil, fmt.Errorf("decode devices: %w", err)
+	}
+	return devices, nil
 }
 
 func (t *tx) CreateWorkload(w store.Workload) error {
@@ -790,6 +799,41 @@ func (t *tx) Workloads(f store.WorkloadFilter) ([]store.Workload, error) {
 
 func (t *tx) WorkloadIDs(machineID string) ([]string, error) {
 	return t.texts(`SELECT id FROM workloads WHERE machine = ? ORDER BY id`+t.s.d.Collate, machineID)
+}
+
+// Listed reads what a desired state lists in one statement: the
+// workloads' columns it needs, beside their classes' sizes. A desired
+// state read the full records, then each class in a statement of its
+// own, and every machine a burst wakes reads one (issue 13).
+func (t *tx) Listed(machineID string) ([]store.Listed, error) {
+	rows, err := t.query(`SELECT w.id, w.kind, w.state, w.driver, w.image, w.devices, w.attempt, w.spec,
+		COALESCE(c.cpus, 0), COALESCE(c.memory_mb, 0)
+		FROM workloads w LEFT JOIN classes c ON c.name = w.class
+		WHERE w.machine = ? ORDER BY w.created, w.id`+t.s.d.Collate, machineID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Listed
+	for rows.Next() {
+		var (
+			l                    store.Listed
+			kind, state, devices string
+			spec                 string
+		)
+		if err := rows.Scan(&l.ID, &kind, &state, &l.Driver, &l.Image, &devices, &l.Attempt, &spec, &l.CPUs, &l.MemoryMB); err != nil {
+			return nil, err
+		}
+		l.Kind, l.State = protocol.Kind(kind), store.State(state)
+		if l.Devices, err = readDevicesColumn(devices); err != nil {
+			return nil, fmt.Errorf("workload %q: %w", l.ID, err)
+		}
+		if l.Spec, err = readSpecColumn(spec); err != nil {
+			return nil, fmt.Errorf("workload %q: %w", l.ID, err)
+		}
+		out = append(out, l)
+	}
+	return out, t.seen(rows.Err())
 }
 
 // texts runs a query of one text column and returns its rows' values.

@@ -32,6 +32,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("machines_in_pages", func(t *testing.T) { testMachinePages(t, open(t)) })
 	t.Run("workloads", func(t *testing.T) { testWorkloads(t, open(t)) })
 	t.Run("workloads_written_together", func(t *testing.T) { testPutWorkloads(t, open(t)) })
+	t.Run("workloads_listed_with_their_sizes", func(t *testing.T) { testListed(t, open(t)) })
 	t.Run("workloads_in_pages", func(t *testing.T) { testWorkloadPages(t, open(t)) })
 	t.Run("statuses", func(t *testing.T) { testStatuses(t, open(t)) })
 	t.Run("timeline_in_order", func(t *testing.T) { testTimeline(t, open(t)) })
@@ -249,6 +250,49 @@ func testMachines(t *testing.T, s store.Store) {
 	if err := s.Update(context.Background(), func(tx store.Tx) error { return tx.DeleteMachine("m-1") }); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("deleting it again: got %v, want ErrNotFound", err)
 	}
+}
+
+// testListed: a machine's workloads are listed oldest first, each with
+// the fields its desired state reads and its class's size, zero where the
+// class is gone; another machine's are not.
+func testListed(t *testing.T, s store.Store) {
+	update(t, s, func(tx store.Tx) error {
+		if err := tx.CreateTenant(store.Tenant{Name: "acme", Created: at}); err != nil {
+			return err
+		}
+		for _, c := range []store.Class{{Name: "cpu-1", Accelerator: "none", CPUs: 1, MemoryMB: 512}, {Name: "cpu-2", Accelerator: "none", CPUs: 2, MemoryMB: 1024}} {
+			if err := tx.PutClass(c); err != nil {
+				return err
+			}
+		}
+		for _, w := range []store.Workload{
+			{ID: "w-b", Name: "b", Class: "cpu-2", Machine: "m-1", Created: at.Add(time.Second), State: store.StateRunning, Kind: protocol.KindContainer,
+				Driver: "docker", Image: "web:1", Devices: []string{"nvidia:GPU-1"}, Attempt: 3, Spec: protocol.WorkloadSpec{Command: []string{"serve"}}},
+			{ID: "w-a", Name: "a", Class: "gone", Machine: "m-1", Created: at, State: store.StateStopped, Kind: protocol.KindVM, Driver: "vz", Image: "img"},
+			{ID: "w-c", Name: "c", Class: "cpu-1", Machine: "m-2", Created: at, State: store.StateRunning, Kind: protocol.KindContainer},
+		} {
+			w.Tenant, w.Region, w.Since = "acme", "eu", at
+			if err := tx.CreateWorkload(w); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	view(t, s, func(tx store.Tx) error {
+		got, err := tx.Listed("m-1")
+		want := []store.Listed{
+			{ID: "w-a", Kind: protocol.KindVM, State: store.StateStopped, Driver: "vz", Image: "img"},
+			{ID: "w-b", Kind: protocol.KindContainer, State: store.StateRunning, Driver: "docker", Image: "web:1", Devices: []string{"nvidia:GPU-1"},
+				Attempt: 3, Spec: protocol.WorkloadSpec{Command: []string{"serve"}}, CPUs: 2, MemoryMB: 1024},
+		}
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("listed on m-1: got %+v, %v; want %+v", got, err, want)
+		}
+		if got, err := tx.Listed("m-3"); err != nil || len(got) != 0 {
+			t.Errorf("listed on m-3, which holds none: got %+v, %v", got, err)
+		}
+		return nil
+	})
 }
 
 func testWorkloads(t *testing.T, s store.Store) {
