@@ -18,9 +18,9 @@ func (h *Hub) sealSpec(id string, spec protocol.WorkloadSpec) (protocol.Workload
 }
 
 // openSpec is a workload's sealed spec as its machine must see it,
-// secrets opened: only desired state holds it. A secret that does not open (a replica without
-// the shared key) parks the workload rather than run it without its
-// secrets; the error is logged without any value.
+// secrets opened: only desired state holds it. A secret that does not
+// open (a replica without the shared key) parks the workload rather than
+// run it without its secrets; the error is logged without any value.
 func (h *Hub) openSpec(workloadID string, sealed protocol.WorkloadSpec, mode protocol.Mode) (protocol.WorkloadSpec, protocol.Mode) {
 	spec, err := h.secrets.open(workloadID, sealed)
 	if err != nil {
