@@ -138,6 +138,10 @@ type Hub struct {
 
 	// replicas is the live replicas' URLs, sent to agents (hubs.go).
 	replicas replicaList
+	// refreshing is held through each RefreshReplicas: the loop's and a
+	// drain's (Leave) may run at once, and the one that read the store
+	// first must not set its list last.
+	refreshing sync.Mutex
 	// leaving is set when this replica drains (Leave).
 	leaving atomic.Bool
 	// busy, when set (SetBusy), says whether this replica turned

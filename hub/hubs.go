@@ -54,6 +54,8 @@ func (h *Hub) Hubs() []string {
 // more than its share (rebalance). Run calls it every ReplicaRefresh;
 // tests call it directly.
 func (h *Hub) RefreshReplicas(ctx context.Context) error {
+	h.refreshing.Lock()
+	defer h.refreshing.Unlock()
 	now := h.clk.Now()
 	held := h.WaitingPolls()
 	steady := h.counts.steady(held)

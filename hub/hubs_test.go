@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,6 +82,55 @@ func TestReplicasPublishTheirURLs(t *testing.T) {
 	})
 	if n != 1 {
 		t.Errorf("%d replicas recorded, want b pruned", n)
+	}
+}
+
+// heldAfterCommit is a store whose Update, once armed, returns only when
+// released, after its commit.
+type heldAfterCommit struct {
+	store.Store
+	armed   atomic.Bool
+	held    chan struct{} // closed when the armed Update has committed
+	release chan struct{}
+}
+
+func (s *heldAfterCommit) Update(ctx context.Context, fn func(store.Tx) error) error {
+	err := s.Store.Update(ctx, fn)
+	if s.armed.CompareAndSwap(true, false) {
+		close(s.held)
+		<-s.release
+	}
+	return err
+}
+
+// TestAnOlderRefreshNeverSetsItsListLast: two refreshes of a replica at
+// once (its loop's and a drain's) set their lists in turn, so one that
+// read the store before another replica published is not the last word.
+func TestAnOlderRefreshNeverSetsItsListLast(t *testing.T) {
+	st, clk := sharedStore(t)
+	held := &heldAfterCommit{Store: st, held: make(chan struct{}), release: make(chan struct{})}
+	a := replicaOn(t, held, clk, "https://a.example:8443")
+	b := replicaOn(t, st, clk, "https://b.example:8443")
+	run := func() {
+		if err := a.RefreshReplicas(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
+	var refreshes sync.WaitGroup
+	held.armed.Store(true)
+	refreshes.Go(run) // reads the store before b publishes
+	<-held.held
+	refresh(t, b)
+	second := make(chan struct{})
+	refreshes.Go(func() { run(); close(second) })
+	select {
+	case <-second: // not in turn: the second set its list first
+	case <-time.After(200 * time.Millisecond): // in turn: it waits for the first
+	}
+	close(held.release)
+	refreshes.Wait()
+	if got := fmt.Sprint(a.Hubs()); got != "[https://a.example:8443 https://b.example:8443]" {
+		t.Errorf("after both refreshes a sends %s, want b too", got)
 	}
 }
 
