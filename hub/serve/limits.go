@@ -221,9 +221,11 @@ func (a *activeSlots) take(ctx context.Context) (release func(), ok bool) {
 		return nil, false
 	}
 	defer a.queued.Add(-1)
+	// Read before the timer is set: a waiter whose timer runs has its
+	// starting count.
+	before := a.released.Load()
 	t := a.clk.NewTimer(a.wait)
 	defer t.Stop()
-	before := a.released.Load()
 	select {
 	case a.sem <- struct{}{}:
 		return a.releaser(), true

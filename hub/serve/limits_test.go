@@ -174,7 +174,7 @@ func TestQueuesMachinesPastMaxActive(t *testing.T) {
 	// Nothing frees within QueueWait: refused after it.
 	first, _ = a.take(context.Background())
 	go func() { _, ok := a.take(context.Background()); got <- ok }()
-	waitGauge(t, "no request queued", func() bool { return a.waiting() == 1 })
+	waitGauge(t, "no request waiting", func() bool { return a.waiting() == 1 && clk.Timers() == 1 })
 	clk.Advance(time.Minute)
 	if <-got {
 		t.Fatal("a request was given a slot that never freed")
@@ -385,7 +385,8 @@ func TestLineDrainTimeIsMeasuredByTheLastWait(t *testing.T) {
 	first, _ := a.take(context.Background())
 	got := make(chan bool, 1)
 	go func() { _, ok := a.take(context.Background()); got <- ok }()
-	waitGauge(t, "no request queued", func() bool { return a.waiting() == 1 })
+	// Its timer set, its wait has begun.
+	waitGauge(t, "no request waiting", func() bool { return a.waiting() == 1 && clk.Timers() == 1 })
 	// 30 slots given back elsewhere while it waited, none to it.
 	a.released.Add(30)
 	clk.Advance(10 * time.Second)
