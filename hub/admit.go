@@ -139,6 +139,7 @@ func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (la
 		wakes    changes
 		decided  []decision
 		writes   admitWrites
+		classes  map[string]store.Class
 		epoch    int64
 		settling bool
 	)
@@ -155,8 +156,7 @@ func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (la
 			return err
 		}
 		last, n = waiting[len(waiting)-1], len(waiting)
-		classes, err := classMap(tx)
-		if err != nil {
+		if classes, err = classMap(tx); err != nil {
 			return err
 		}
 		capacity, err := c.backend.Capacity(tx, classes)
@@ -193,7 +193,7 @@ func (c *Controller) admitBatch(ctx context.Context, f store.WorkloadFilter) (la
 	}
 	// What it placed holds capacity on its new machine, as written, and
 	// runs there; what it moved holds none on the old one, read again.
-	c.backend.Placed(writes.placed...)
+	c.backend.Placed(classes, writes.placed...)
 	moved := slices.DeleteFunc(wakes, func(wk change) bool { return wk.mode == protocol.ModeRun })
 	c.backend.Changed(machinesOf(refsOf(moved))...)
 	tell(c.backend, moved)

@@ -37,8 +37,9 @@ type Backend interface {
 	// Placed tells the runtime, after the commit, that these workloads
 	// were placed as they are given, on machines nothing else changed in
 	// that transaction, to run: a view it keeps takes them without reading
-	// their machines again. Only the controller's passes call it.
-	Placed(ws ...store.Workload)
+	// their machines again. classes are the classes that transaction read.
+	// Only the controller's passes call it.
+	Placed(classes map[string]store.Class, ws ...store.Workload)
 	// Prepare is called before each transaction that calls Capacity or
 	// Check: the changes told before it are those that transaction reads
 	// again, so it sees their commits whatever its isolation.
@@ -161,6 +162,9 @@ type agentBackend struct {
 	// wake wakes the machines' long polls, deduplicated, and marks them
 	// changed in the view; wakePolls only wakes them.
 	wake, wakePolls func(machineIDs []string)
+	// derive caches the desired states of the machines placed on, so that
+	// their wakes find them (Hub.derivePlaced).
+	derive func(classes map[string]store.Class, placed []store.Workload)
 	// settled is set, once and for good, when the machines expected have
 	// synced (see settle). Only the controller's admit step touches it.
 	settled bool
@@ -176,9 +180,11 @@ func (b *agentBackend) Changed(ids ...string) { b.view.touch(ids...) }
 func (b *agentBackend) Forget()               { b.view.forget() }
 func (b *agentBackend) Prepare()              { b.view.prepare() }
 
-// Placed takes the placements into the view and wakes their machines.
-func (b *agentBackend) Placed(ws ...store.Workload) {
+// Placed takes the placements into the view, derives their machines'
+// desired states, and wakes them.
+func (b *agentBackend) Placed(classes map[string]store.Class, ws ...store.Workload) {
 	b.view.placed(ws)
+	b.derive(classes, ws)
 	ids := make([]string, len(ws))
 	for i, w := range ws {
 		ids[i] = w.Machine

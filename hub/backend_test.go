@@ -52,11 +52,11 @@ func (r *recordingBackend) Run(refs ...Ref) {
 	r.Backend.Run(refs...)
 }
 
-func (r *recordingBackend) Placed(ws ...store.Workload) {
+func (r *recordingBackend) Placed(classes map[string]store.Class, ws ...store.Workload) {
 	for _, w := range ws {
 		r.note("placed " + w.ID + " on " + w.Machine)
 	}
-	r.Backend.Placed(ws...)
+	r.Backend.Placed(classes, ws...)
 }
 
 func (r *recordingBackend) Park(refs ...Ref) {

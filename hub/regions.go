@@ -71,7 +71,7 @@ func (h *Hub) addRegion(region string) bool {
 	}
 	cfg := h.cfg
 	cfg.Region = region
-	b := &agentBackend{region: region, log: h.log, presence: h.presence, wake: h.wakeAll, wakePolls: h.wakePolls, view: newCapView(region, cfg.Drivers)}
+	b := &agentBackend{region: region, log: h.log, presence: h.presence, wake: h.wakeAll, wakePolls: h.wakePolls, derive: h.derivePlaced, view: newCapView(region, cfg.Drivers)}
 	c := newController(cfg, h.log.With("region", region), h.started, h.presence, b)
 	h.ctls.byName[region] = c
 	h.ctls.order = append(h.ctls.order, region)

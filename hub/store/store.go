@@ -219,7 +219,8 @@ type Tenant struct {
 
 // Listed is what a machine's desired state reads of a workload on it: a
 // few of its record's fields, and its class's size (zero where the class
-// is gone).
+// is gone). Created and Class are what a later state derived from this
+// one needs: where the workload sorts, and what sizes it then.
 type Listed struct {
 	ID       string
 	Kind     protocol.Kind
@@ -229,6 +230,8 @@ type Listed struct {
 	Devices  []string
 	Attempt  int64
 	Spec     protocol.WorkloadSpec
+	Class    string
+	Created  time.Time
 	CPUs     int
 	MemoryMB int
 }

@@ -807,7 +807,7 @@ func (t *tx) WorkloadIDs(machineID string) ([]string, error) {
 // own, and every machine a burst wakes reads one (issue 13).
 func (t *tx) Listed(machineID string) ([]store.Listed, error) {
 	rows, err := t.query(`SELECT w.id, w.kind, w.state, w.driver, w.image, w.devices, w.attempt, w.spec,
-		COALESCE(c.cpus, 0), COALESCE(c.memory_mb, 0)
+		w.class, w.created, COALESCE(c.cpus, 0), COALESCE(c.memory_mb, 0)
 		FROM workloads w LEFT JOIN classes c ON c.name = w.class
 		WHERE w.machine = ? ORDER BY w.created, w.id`+t.s.d.Collate, machineID)
 	if err != nil {
@@ -820,11 +820,12 @@ func (t *tx) Listed(machineID string) ([]store.Listed, error) {
 			l                    store.Listed
 			kind, state, devices string
 			spec                 string
+			created              int64
 		)
-		if err := rows.Scan(&l.ID, &kind, &state, &l.Driver, &l.Image, &devices, &l.Attempt, &spec, &l.CPUs, &l.MemoryMB); err != nil {
+		if err := rows.Scan(&l.ID, &kind, &state, &l.Driver, &l.Image, &devices, &l.Attempt, &spec, &l.Class, &created, &l.CPUs, &l.MemoryMB); err != nil {
 			return nil, err
 		}
-		l.Kind, l.State = protocol.Kind(kind), store.State(state)
+		l.Kind, l.State, l.Created = protocol.Kind(kind), store.State(state), fromTS(created)
 		if l.Devices, err = readDevicesColumn(devices); err != nil {
 			return nil, fmt.Errorf("workload %q: %w", l.ID, err)
 		}

@@ -281,9 +281,9 @@ func testListed(t *testing.T, s store.Store) {
 	view(t, s, func(tx store.Tx) error {
 		got, err := tx.Listed("m-1")
 		want := []store.Listed{
-			{ID: "w-a", Kind: protocol.KindVM, State: store.StateStopped, Driver: "vz", Image: "img"},
+			{ID: "w-a", Kind: protocol.KindVM, State: store.StateStopped, Driver: "vz", Image: "img", Class: "gone", Created: at},
 			{ID: "w-b", Kind: protocol.KindContainer, State: store.StateRunning, Driver: "docker", Image: "web:1", Devices: []string{"nvidia:GPU-1"},
-				Attempt: 3, Spec: protocol.WorkloadSpec{Command: []string{"serve"}}, CPUs: 2, MemoryMB: 1024},
+				Attempt: 3, Spec: protocol.WorkloadSpec{Command: []string{"serve"}}, Class: "cpu-2", Created: at.Add(time.Second), CPUs: 2, MemoryMB: 1024},
 		}
 		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("listed on m-1: got %+v, %v; want %+v", got, err, want)
