@@ -136,3 +136,67 @@ func BenchmarkDesiredComputed(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPlacementDelivered times a placement reaching its machine: a
+// create, the admit pass that places it, and the desired state the
+// machine's woken poll reads, on a machine already holding 0, 10 or 100
+// workloads. derived=false drops the cached state before that read, so
+// the state is computed from the store, as it was before admission
+// derived it: the baseline, in the same run.
+func BenchmarkPlacementDelivered(b *testing.B) {
+	for _, held := range []int{0, 10, 100} {
+		for _, derived := range []bool{false, true} {
+			b.Run(fmt.Sprintf("held=%d/derived=%v", held, derived), func(b *testing.B) {
+				h, _ := benchHub(b, held)
+				ctx := context.Background()
+				i := 0
+				for b.Loop() {
+					i++
+					w, err := h.CreateWorkload(ctx, WorkloadSpec{Tenant: "local", Name: fmt.Sprint("new-", i), Kind: protocol.KindContainer, Class: "cpu-1", Region: "local", Image: "sim:"})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := h.ctl.passFor(ctx, false); err != nil {
+						b.Fatal(err)
+					}
+					if !derived {
+						h.desired.Delete("m-1")
+					}
+					resp, err := h.Desired(ctx, "m-1")
+					if err != nil || len(resp.Workloads) != held+1 {
+						b.Fatalf("%d workloads listed, %v; want %d", len(resp.Workloads), err, held+1)
+					}
+					b.StopTimer()
+					unplace(b, h, w.ID)
+					b.StartTimer()
+				}
+			})
+		}
+	}
+}
+
+// unplace deletes workload id from m-1 and bumps the machine, as the
+// workload's removal would, then brings the capacity view and the cached
+// desired state up to it, as the controller's warm step and the machine's
+// poll would.
+func unplace(b *testing.B, h *Hub, id string) {
+	b.Helper()
+	ctx := context.Background()
+	err := h.store.Update(ctx, func(tx store.Tx) error {
+		if err := tx.DeleteWorkload(id); err != nil {
+			return err
+		}
+		_, err := tx.BumpGeneration("m-1")
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h.ctl.backend.Changed("m-1")
+	if err := h.ctl.warm(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := h.Desired(ctx, "m-1"); err != nil {
+		b.Fatal(err)
+	}
+}
