@@ -29,7 +29,6 @@ func TestDerivedDesiredStateIsTheComputedOne(t *testing.T) {
 			for _, m := range machines {
 				h.machine(m)
 			}
-			sizes := map[string]int{"cpu-1": 1, "cpu-2": 2}
 			derived := 0
 			for step := range 60 {
 				h.clk.Advance(time.Duration(1+rng.IntN(3)) * time.Second)
@@ -47,8 +46,7 @@ func TestDerivedDesiredStateIsTheComputedOne(t *testing.T) {
 				case op < 6:
 					// A class resized: what it frees places waiting workloads.
 					class := []string{"cpu-1", "cpu-2"}[rng.IntN(2)]
-					sizes[class] = 1 + rng.IntN(3)
-					if err := h.CreateClass(ctx, store.Class{Name: class, Accelerator: "none", CPUs: sizes[class], MemoryMB: 256 * (1 + rng.IntN(4))}); err != nil {
+					if err := h.CreateClass(ctx, store.Class{Name: class, Accelerator: "none", CPUs: 1 + rng.IntN(3), MemoryMB: 256 * (1 + rng.IntN(4))}); err != nil {
 						t.Fatal(err)
 					}
 				case op < 8:
@@ -100,7 +98,7 @@ func TestDerivedDesiredStateIsTheComputedOne(t *testing.T) {
 					derived++
 					got := cached.(*desiredState)
 					h.Hub.desired.Delete(m)
-					want := h.desiredState(m)
+					want := h.storeDesiredState(m)
 					if !reflect.DeepEqual(got.resp, want.resp) || !reflect.DeepEqual(got.keys, want.keys) {
 						t.Fatalf("step %d: machine %s at generation %d:\nderived  %+v\n%+v\ncomputed %+v\n%+v", step, m, got.resp.Generation, got.resp.Workloads, got.keys, want.resp.Workloads, want.keys)
 					}
@@ -141,8 +139,9 @@ func (h *testHub) generation(id string) int64 {
 	return gen
 }
 
-// desiredState is machine id's desired state as the store gives it now.
-func (h *testHub) desiredState(id string) *desiredState {
+// storeDesiredState is machine id's desired state as the store gives it
+// now.
+func (h *testHub) storeDesiredState(id string) *desiredState {
 	h.t.Helper()
 	gen := h.generation(id)
 	err := h.st.View(context.Background(), func(tx store.Tx) error {
