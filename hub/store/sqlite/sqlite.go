@@ -38,6 +38,12 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		q.Add("_pragma", "journal_mode(WAL)")
 		q.Add("_pragma", "synchronous(NORMAL)")
 		q.Add("_pragma", "foreign_keys(1)")
+		// Updates that share a commit each run in a savepoint, which
+		// journals every page it first writes so that it can be undone
+		// alone. In a temp file those writes were a tenth of the store's
+		// CPU in a burst (issue 13). The journal lasts one savepoint, so
+		// in memory it loses nothing that a crash would not.
+		q.Add("_pragma", "temp_store(MEMORY)")
 		for _, p := range pragmas {
 			q.Add("_pragma", p)
 		}

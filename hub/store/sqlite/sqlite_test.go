@@ -122,3 +122,25 @@ func TestReplicaRowOfAnOlderHubSaysNothing(t *testing.T) {
 		t.Fatalf("an older hub's row reads %+v, want polls -1", got)
 	}
 }
+
+// TestStatementJournalsStayInMemory: the savepoint of each Update that
+// shares a commit journals the pages it first writes, and in a temp file
+// those writes were a tenth of the store's CPU in a burst (issue 13).
+// Every connection keeps them in memory.
+func TestStatementJournalsStayInMemory(t *testing.T) {
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "hub.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const memory = 2 // PRAGMA temp_store: 0 default, 1 file, 2 memory
+	for name, db := range map[string]*sql.DB{"writer": s.writer, "reader": s.reader} {
+		var got int
+		if err := db.QueryRow("PRAGMA temp_store").Scan(&got); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got != memory {
+			t.Errorf("%s: temp_store is %d, want %d (memory)", name, got, memory)
+		}
+	}
+}
