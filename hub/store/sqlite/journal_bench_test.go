@@ -12,9 +12,9 @@ import (
 )
 
 // BenchmarkStatementJournal times Updates that share commits, each in a
-// savepoint of its own, which journals every page it first writes: four
-// callers at once, each writing 500 workloads' records among 5,000 (an
-// admit batch's most). The journal is in a temp file (SQLite's default)
+// savepoint of its own, which journals every page it first writes: two
+// callers a CPU at once (four on 2 cores), each writing 500 workloads'
+// records among 5,000 (an admit batch's most). The journal is in a temp file (SQLite's default)
 // or in memory (the store's), in one run.
 func BenchmarkStatementJournal(b *testing.B) {
 	for _, where := range []string{"FILE", "MEMORY"} {
